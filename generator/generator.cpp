@@ -1,0 +1,86 @@
+// Generator: a key becomes a short translation unit that instantiates one template of templates/.
+#include "moejit/generator.hpp"
+
+#include <fmt/format.h>
+
+#include "generator/embedded_files.hpp"
+#include "moejit/error.hpp"
+
+namespace moejit {
+
+namespace {
+int act_code(Activation a) {
+  switch (a) {
+    case Activation::silu: return 0;
+    case Activation::gelu_tanh: return 1;
+    case Activation::relu2: return 2;
+    case Activation::swigluoai: return 3;
+  }
+  return 0;
+}
+const char* cpp_bool(bool b) { return b ? "true" : "false"; }
+}  // namespace
+
+GeneratedSource generate_source(const KernelKey& raw) {
+  const KernelKey key = raw.normalized();
+  GeneratedSource out;
+  out.entry = key.entry_name();
+  out.name = out.entry + ".cu";
+  const int threads = key.warps * 32;
+  std::string header = fmt::format("// moejit generated kernel\n// key: {}\n", key.str());
+  switch (key.kind) {
+    case KernelKind::prepare:
+      out.source = header + fmt::format(
+          "#include \"prepare_repack.cuh\"\n"
+          "extern \"C\" __global__ void __launch_bounds__({0}) {1}_weights(const RepackParams p) {{\n"
+          "  repack_weights(p);\n}}\n"
+          "extern \"C\" __global__ void __launch_bounds__({0}) {1}_scales(const RepackParams p) {{\n"
+          "  repack_scales(p);\n}}\n",
+          threads, out.entry);
+      break;
+    case KernelKind::route:
+      out.source = header + fmt::format(
+          "#include \"moe_route.cuh\"\n"
+          "extern \"C\" __global__ void __launch_bounds__({0}) {1}(const RouteParams p) {{\n"
+          "  moe_route<{2}, {0}>(p);\n}}\n",
+          threads, out.entry, key.experts);
+      break;
+    case KernelKind::decode_fc1:
+      out.source = header + fmt::format(
+          "#include \"moe_decode_fc1.cuh\"\n"
+          "extern \"C\" __global__ void __launch_bounds__({0}) {1}(const DecodeFc1Params p) {{\n"
+          "  moe_decode_fc1<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}>(p);\n}}\n",
+          threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), act_code(key.activation),
+          cpp_bool(key.limit), cpp_bool(key.bias), key.hidden, key.intermediate, key.warps, key.ntiles);
+      break;
+    case KernelKind::decode_fc2:
+      out.source = header + fmt::format(
+          "#include \"moe_decode_fc2.cuh\"\n"
+          "extern \"C\" __global__ void __launch_bounds__({0}) {1}(const DecodeFc2Params p) {{\n"
+          "  moe_decode_fc2<{2}, {3}, {4}, {5}, {6}, {7}>(p);\n}}\n",
+          threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), cpp_bool(key.bias), key.hidden,
+          key.intermediate, key.warps, key.ntiles);
+      break;
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> template_headers() {
+  std::vector<std::pair<std::string, std::string>> v;
+  for (const auto& f : detail::embedded_templates()) v.emplace_back(std::string(f.name), std::string(f.content));
+  return v;
+}
+
+std::string templates_digest() {
+  // FNV-1a 64 over names and contents; collisions only cost a spurious cache hit on a template edit,
+  // and the full source (which includes the key) is hashed separately with a strong hash.
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](std::string_view s) {
+    for (unsigned char c : s) { h ^= c; h *= 1099511628211ull; }
+    h ^= 0xff; h *= 1099511628211ull;
+  };
+  for (const auto& f : detail::embedded_templates()) { mix(f.name); mix(f.content); }
+  return fmt::format("{:016x}", h);
+}
+
+}  // namespace moejit

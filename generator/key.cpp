@@ -1,0 +1,142 @@
+// KernelKey: canonical string form, parsing and normalization.
+#include "moejit/key.hpp"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <vector>
+
+#include "moejit/error.hpp"
+
+namespace moejit {
+
+std::string_view to_string(KernelKind k) {
+  switch (k) {
+    case KernelKind::prepare: return "prepare";
+    case KernelKind::route: return "route";
+    case KernelKind::decode_fc1: return "decode_fc1";
+    case KernelKind::decode_fc2: return "decode_fc2";
+  }
+  return "?";
+}
+
+KernelKind parse_kernel_kind(std::string_view s) {
+  for (auto k : {KernelKind::prepare, KernelKind::route, KernelKind::decode_fc1, KernelKind::decode_fc2})
+    if (to_string(k) == s) return k;
+  throw Error(fmt::format("kernel kind '{}' is unknown (expected prepare, route, decode_fc1 or decode_fc2)", s));
+}
+
+std::string KernelKey::str() const {
+  return fmt::format("{}:{}:{}:{}:{}:E{}:H{}:I{}:w{}n{}:b{}:l{}", to_string(kind), to_string(arch),
+                     to_string(format), to_string(activation), to_string(precision), experts, hidden,
+                     intermediate, warps, ntiles, bias ? 1 : 0, limit ? 1 : 0);
+}
+
+namespace {
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  for (;;) {
+    size_t p = s.find(sep, start);
+    parts.push_back(s.substr(start, p == std::string_view::npos ? std::string_view::npos : p - start));
+    if (p == std::string_view::npos) return parts;
+    start = p + 1;
+  }
+}
+
+int parse_int_field(std::string_view text, std::string_view field, std::string_view key) {
+  int v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || ptr != text.data() + text.size() || text.empty())
+    throw Error(fmt::format("kernel key '{}': field {} has '{}', expected an integer", key, field, text));
+  return v;
+}
+
+int parse_prefixed(std::string_view part, char prefix, std::string_view field, std::string_view key) {
+  if (part.empty() || part[0] != prefix)
+    throw Error(fmt::format("kernel key '{}': field {} must start with '{}', got '{}'", key, field, prefix, part));
+  return parse_int_field(part.substr(1), field, key);
+}
+}  // namespace
+
+KernelKey KernelKey::parse(std::string_view s) {
+  auto p = split(s, ':');
+  if (p.size() != 11)
+    throw Error(fmt::format(
+        "kernel key '{}' has {} fields; expected 11: kind:arch:format:activation:precision:E<n>:H<n>:I<n>:w<n>n<n>:b<0|1>:l<0|1>",
+        s, p.size()));
+  KernelKey k;
+  k.kind = parse_kernel_kind(p[0]);
+  k.arch = parse_arch(p[1]);
+  k.format = parse_scale_format(p[2]);
+  k.activation = parse_activation(p[3]);
+  k.precision = parse_act_precision(p[4]);
+  k.experts = parse_prefixed(p[5], 'E', "experts", s);
+  k.hidden = parse_prefixed(p[6], 'H', "hidden", s);
+  k.intermediate = parse_prefixed(p[7], 'I', "intermediate", s);
+  auto tile = p[8];
+  auto npos = tile.find('n');
+  if (tile.empty() || tile[0] != 'w' || npos == std::string_view::npos)
+    throw Error(fmt::format("kernel key '{}': tile field '{}' must look like w4n1", s, tile));
+  k.warps = parse_int_field(tile.substr(1, npos - 1), "warps", s);
+  k.ntiles = parse_int_field(tile.substr(npos + 1), "ntiles", s);
+  int b = parse_prefixed(p[9], 'b', "bias", s), l = parse_prefixed(p[10], 'l', "limit", s);
+  if ((b != 0 && b != 1) || (l != 0 && l != 1))
+    throw Error(fmt::format("kernel key '{}': bias and limit fields must be b0/b1 and l0/l1", s));
+  k.bias = b == 1;
+  k.limit = l == 1;
+  return k;
+}
+
+KernelKey KernelKey::normalized() const {
+  KernelKey k = *this;
+  if (k.experts <= 0) throw Error(fmt::format("kernel key {}: experts must be positive", str()));
+  if (k.warps < 1 || k.warps > 32) throw Error(fmt::format("kernel key {}: warps must be in [1, 32]", str()));
+  if (k.kind == KernelKind::prepare) {
+    // One generic repack module per architecture: geometry is passed at run time.
+    KernelKey r;
+    r.kind = KernelKind::prepare;
+    r.arch = k.arch;
+    r.experts = 1;
+    r.warps = 8;
+    r.hidden = 0;
+    r.intermediate = 0;
+    return r;
+  }
+  if (k.kind == KernelKind::route) {
+    // Routing depends only on the expert count and its block size.
+    KernelKey r;
+    r.kind = KernelKind::route;
+    r.arch = k.arch;
+    r.experts = k.experts;
+    r.warps = k.warps;
+    r.ntiles = 1;
+    r.hidden = 0;
+    r.intermediate = 0;
+    return r;
+  }
+  int block = scale_block(k.format);
+  if (k.hidden <= 0 || k.hidden % block)
+    throw Error(fmt::format("kernel key {}: hidden must be a positive multiple of {}", str(), block));
+  if (k.intermediate <= 0 || k.intermediate % block)
+    throw Error(fmt::format("kernel key {}: intermediate must be a positive multiple of {}", str(), block));
+  if (k.ntiles < 1 || k.ntiles > 8) throw Error(fmt::format("kernel key {}: ntiles must be in [1, 8]", str()));
+  if (k.precision != ActPrecision::a16)
+    throw Error(fmt::format("kernel key {}: the decode family computes in a16 only", str()));
+  if (k.kind == KernelKind::decode_fc2) {
+    // FC2 does not see the activation; the limit is an FC1 concern.
+    k.activation = Activation::silu;
+    k.limit = false;
+  }
+  if (k.activation != Activation::silu && k.activation != Activation::swigluoai) k.limit = false;
+  return k;
+}
+
+std::string KernelKey::entry_name() const {
+  std::string s = "moejit_" + str();
+  for (char& c : s)
+    if (c == ':') c = '_';
+  return s;
+}
+
+}  // namespace moejit

@@ -1,0 +1,28 @@
+#pragma once
+// The generator turns a key into a short CUDA source that instantiates device code from templates/.
+// Generated source includes only the embedded templates (no toolkit headers).
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "moejit/key.hpp"
+
+namespace moejit {
+
+struct GeneratedSource {
+  std::string name;    // file name given to NVRTC, e.g. "<entry>.cu"
+  std::string entry;   // extern "C" kernel name
+  std::string source;  // the generated translation unit
+};
+
+// Deterministic: the same key always yields byte-identical source. Throws moejit::Error for keys
+// the generator cannot build.
+GeneratedSource generate_source(const KernelKey& key);
+
+// Embedded template headers as (file name, content) pairs, in a fixed order.
+std::vector<std::pair<std::string, std::string>> template_headers();
+// Hash (hex) of all template contents; part of every cache hash.
+std::string templates_digest();
+
+}  // namespace moejit

@@ -1,0 +1,68 @@
+#pragma once
+// A MoE layer's weights in the logical, checkpoint-shaped layout of DESIGN §3, in host memory.
+#include <cstdint>
+#include <vector>
+
+#include "moejit/types.hpp"
+
+namespace moejit {
+
+struct HostLayer {
+  LayerSpec spec;
+  // FC1: w13 [E, 2I, H/2] (or w1 [E, I, H/2] for relu2), rows in spec.gate_up_order.
+  std::vector<uint8_t> w13;
+  std::vector<uint8_t> w13_scale;         // [E, rows, H/block] e4m3 or e8m0 codes
+  std::vector<float> w13_global_scale;    // [E], nvfp4 only
+  std::vector<float> w13_bias;            // [E, rows], when spec.has_bias
+  std::vector<uint8_t> w2;                // [E, H, I/2]
+  std::vector<uint8_t> w2_scale;          // [E, H, I/block]
+  std::vector<float> w2_global_scale;     // [E], nvfp4 only
+  std::vector<float> w2_bias;             // [E, H], when spec.has_bias
+
+  // Throws moejit::Error naming the tensor whose size does not match spec.
+  void validate() const;
+  // Exactly dequantized FC1/FC2 weight element (row, k) of expert e, logical row order.
+  float fc1_weight(int e, int row, int k) const;
+  float fc2_weight(int e, int row, int k) const;
+};
+
+// Logical FC1 row (DESIGN §3, spec.gate_up_order) that holds gate element i (up = false) or up element
+// i (up = true), 0 <= i < I:
+//   gate_up:     gate i -> row i,      up i -> row I + i
+//   up_gate:     up i   -> row i,      gate i -> row I + i
+//   interleaved: gate i -> row 2i,     up i -> row 2i + 1   (gpt-oss)
+// relu2 has one matrix W1 of I rows: (false, i) -> row i; asking for an up row throws moejit::Error.
+int fc1_row_of(const LayerSpec& spec, bool up, int i);
+
+// The inverse: which half (up or gate) and index i a logical FC1 row holds.
+struct Fc1RowRole {
+  bool up = false;
+  int index = 0;
+};
+Fc1RowRole fc1_row_role(const LayerSpec& spec, int row);
+
+// Quantizes float weights (logical layout, row-major [E, rows, cols]) to the spec's format:
+// NVFP4 picks a per-expert global scale so block maxima map onto the e4m3 range, then e4m3 block
+// scales; MXFP4 picks e8m0 block scales rounded up so every element fits e2m1.
+HostLayer quantize_layer(const LayerSpec& spec, const std::vector<float>& fc1, const std::vector<float>& fc2,
+                         const std::vector<float>& fc1_bias = {}, const std::vector<float>& fc2_bias = {});
+
+// A layer of random weights (normal, std ~ 1/sqrt(K)) quantized with quantize_layer; deterministic per seed.
+HostLayer make_random_layer(const LayerSpec& spec, uint64_t seed);
+
+// Token inputs of one call (DESIGN §1).
+struct HostInputs {
+  int tokens = 0;                   // M
+  int top_k = 0;                    // K
+  int hidden = 0;                   // H
+  std::vector<uint16_t> x;          // [M, H] bf16 bits
+  std::vector<int32_t> topk_ids;    // [M, K] global expert ids
+  std::vector<float> topk_weights;  // [M, K]
+};
+
+// Random inputs: x ~ N(0,1) in bf16, ids drawn uniformly from [expert_begin - 1, expert_begin + E]
+// when include_invalid (so some fall outside the local range), else from the local range;
+// weights positive and normalized per token. Deterministic per seed.
+HostInputs make_random_inputs(const LayerSpec& spec, int tokens, uint64_t seed, bool include_invalid = false);
+
+}  // namespace moejit

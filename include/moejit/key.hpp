@@ -1,0 +1,45 @@
+#pragma once
+// A kernel key names everything that changes generated code (DESIGN §4). Runtime values (M, alpha,
+// beta, limit value, pointers) are kernel arguments, never key fields.
+#include <compare>
+#include <string>
+#include <string_view>
+
+#include "moejit/types.hpp"
+
+namespace moejit {
+
+// Kernel kinds. prepare repacks logical weights into the kernels' layout. The decode family is route + decode_fc1 + decode_fc2 (tensor-core MMA with FP4 decoded
+// in registers, tokens on the narrow N side of the MMA).
+enum class KernelKind { prepare, route, decode_fc1, decode_fc2 };
+std::string_view to_string(KernelKind k);
+KernelKind parse_kernel_kind(std::string_view s);
+
+struct KernelKey {
+  KernelKind kind = KernelKind::decode_fc1;
+  Arch arch = Arch::sm_90a;
+  ScaleFormat format = ScaleFormat::mxfp4;
+  Activation activation = Activation::silu;
+  ActPrecision precision = ActPrecision::a16;
+  int experts = 0;
+  int hidden = 0;
+  int intermediate = 0;
+  int warps = 4;     // warps per CTA
+  int ntiles = 1;    // 8-token MMA column tiles held in registers per pass over the weights
+  bool bias = false;
+  bool limit = false;
+
+  // Canonical string, e.g. "decode_fc1:sm_90a:mxfp4:swigluoai:a16:E128:H2880:I2880:w4n1:b1:l1".
+  std::string str() const;
+  // Parses str() output back; throws moejit::Error naming the bad field.
+  static KernelKey parse(std::string_view s);
+  // Fields a kind ignores are reset to defaults so one kernel has exactly one key; throws on
+  // values the generator cannot build (sizes not multiples of the scale block, warps out of range).
+  KernelKey normalized() const;
+  // extern "C" entry name derived from the key ("moejit_" + str() with ':' -> '_').
+  std::string entry_name() const;
+
+  auto operator<=>(const KernelKey&) const = default;
+};
+
+}  // namespace moejit

@@ -1,0 +1,31 @@
+#pragma once
+// The planner picks kernel family and tile from (M, K, E, H, I, SM count). Pure host code: the CLI's
+// `plan` and `prewarm` use it without a GPU.
+#include <string>
+#include <vector>
+
+#include "moejit/key.hpp"
+
+namespace moejit {
+
+enum class Family { automatic, decode };
+std::string_view to_string(Family f);
+Family parse_family(std::string_view s);
+
+struct Plan {
+  Family family = Family::decode;
+  std::vector<KernelKey> kernels;  // in launch order
+  int tokens = 0;
+  std::string describe() const;    // one line for logs and the CLI
+};
+
+// Largest M the decode family serves.
+inline constexpr int kDecodeMaxTokens = 256;
+
+// Throws moejit::Error when a forced family cannot serve M.
+Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Family force = Family::automatic);
+// Every distinct key forward may need for 1..max_tokens tokens.
+std::vector<KernelKey> keys_for_range(const LayerSpec& spec, Arch arch, int max_tokens, int sm_count,
+                                      Family force = Family::automatic);
+
+}  // namespace moejit

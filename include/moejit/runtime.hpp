@@ -1,0 +1,128 @@
+#pragma once
+// The embeddable runtime (DESIGN §6): prepare a layer once, then call forward per step.
+//
+// Threading: a Runtime may be shared by threads; prepare/prewarm take an internal lock, forward does
+// not allocate, never synchronizes the host and is capturable into a CUDA graph (all kernels it needs
+// must be compiled first: prepare compiles nothing, prewarm or the first eager forward does; forward
+// during stream capture with a missing kernel throws instead of compiling).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "moejit/host_layer.hpp"
+#include "moejit/kernel_cache.hpp"
+#include "moejit/planner.hpp"
+
+namespace moejit {
+
+using DevicePtr = uint64_t;  // a CUdeviceptr
+using StreamHandle = void*;  // a CUstream (nullptr: the legacy default stream)
+
+struct RuntimeOptions {
+  int device = 0;        // CUDA device ordinal
+  CacheOptions cache;    // where cubins live
+};
+
+// Logical weights (DESIGN §3 layout) already in device memory; unused tensors are 0.
+struct DeviceLayerView {
+  LayerSpec spec;
+  DevicePtr w13 = 0, w13_scale = 0, w13_global_scale = 0, w13_bias = 0;
+  DevicePtr w2 = 0, w2_scale = 0, w2_global_scale = 0, w2_bias = 0;
+};
+
+struct ForwardArgs {
+  DevicePtr x = 0;             // [M, H] bf16, row-major
+  DevicePtr topk_ids = 0;      // [M, K] int32 global expert ids
+  DevicePtr topk_weights = 0;  // [M, K] float32
+  DevicePtr out = 0;           // [M, H] bf16, fully written
+  int tokens = 0;              // M >= 0 (0 is a no-op)
+  DevicePtr workspace = 0;     // caller-owned, workspace_size(layer, max_tokens) bytes, 256-byte aligned
+  size_t workspace_bytes = 0;
+  StreamHandle stream = nullptr;
+  // Runtime activation parameters; unset: the layer's values (LayerSpec::swiglu_alpha/beta/limit).
+  std::optional<float> swiglu_alpha, swiglu_beta, limit;
+  Family force = Family::automatic;  // force a family (fails loudly if it cannot serve M)
+};
+
+// A layer repacked into the kernels' layout on the device. Owns its device memory.
+class PreparedLayer {
+ public:
+  virtual ~PreparedLayer() = default;
+  virtual const LayerSpec& spec() const = 0;
+  virtual size_t device_bytes() const = 0;
+};
+
+class Runtime {
+ public:
+  // Loads the driver, creates/retains the device's primary context. Throws moejit::Error when no
+  // driver or device is present.
+  explicit Runtime(RuntimeOptions options = {});
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Validates shapes (DESIGN §3) and repacks on the GPU. Throws moejit::Error naming the tensor.
+  std::shared_ptr<PreparedLayer> prepare(const HostLayer& layer);
+  std::shared_ptr<PreparedLayer> prepare(const DeviceLayerView& layer, StreamHandle stream = nullptr);
+
+  // Workspace bytes forward needs for up to max_tokens tokens.
+  size_t workspace_size(const PreparedLayer& layer, int max_tokens) const;
+  // Compiles (or loads) and module-loads every kernel forward may use for 1..max_tokens tokens.
+  void prewarm(const PreparedLayer& layer, int max_tokens, Family force = Family::automatic);
+  // Runs one layer. Throws moejit::Error on bad arguments (naming them) before launching anything.
+  void forward(const PreparedLayer& layer, const ForwardArgs& args);
+
+  Plan plan(const PreparedLayer& layer, int tokens, Family force = Family::automatic) const;
+  int device() const;
+  int sm_count() const;
+  Arch arch() const;
+  std::string device_name() const;
+  KernelCache& cache();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Plain device memory for tools and tests (owning, move-only). Uses the runtime's context.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  DevicePtr ptr() const { return ptr_; }
+  size_t size() const { return bytes_; }
+  void upload(const void* src, size_t bytes, size_t offset = 0);
+  void download(void* dst, size_t bytes, size_t offset = 0) const;
+  void fill_bytes(uint8_t value);  // synchronous memset
+
+  template <class T>
+  static DeviceBuffer from(const std::vector<T>& v) {
+    DeviceBuffer b(v.empty() ? 1 : v.size() * sizeof(T));
+    if (!v.empty()) b.upload(v.data(), v.size() * sizeof(T));
+    return b;
+  }
+  template <class T>
+  std::vector<T> to_vector(size_t count) const {
+    std::vector<T> v(count);
+    if (count) download(v.data(), count * sizeof(T));
+    return v;
+  }
+
+ private:
+  DevicePtr ptr_ = 0;
+  size_t bytes_ = 0;
+};
+
+// True when libcuda.so.1 loads and at least one device is present (never throws).
+bool gpu_available(std::string* why = nullptr);
+
+}  // namespace moejit

@@ -1,0 +1,57 @@
+#pragma once
+// Vocabulary shared by every layer of moejit: number formats, activations, layer geometry.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace moejit {
+
+enum class ScaleFormat { nvfp4, mxfp4 };
+enum class Activation { silu, gelu_tanh, relu2, swigluoai };
+enum class ActPrecision { a16, a8, a4 };
+enum class GateUpOrder { gate_up, up_gate, interleaved };
+enum class Arch { sm_90a, sm_100a, sm_120a };
+
+// Canonical names ("nvfp4", "swigluoai", "a16", "interleaved", "sm_90a"). parse_* throw moejit::Error
+// naming the field and the accepted values.
+std::string_view to_string(ScaleFormat v);
+std::string_view to_string(Activation v);
+std::string_view to_string(ActPrecision v);
+std::string_view to_string(GateUpOrder v);
+std::string_view to_string(Arch v);
+ScaleFormat parse_scale_format(std::string_view s);
+Activation parse_activation(std::string_view s);
+ActPrecision parse_act_precision(std::string_view s);
+GateUpOrder parse_gate_up_order(std::string_view s);
+Arch parse_arch(std::string_view s);
+
+inline bool is_gated(Activation a) { return a != Activation::relu2; }
+// Elements per scale along K: 16 (NVFP4, e4m3 scales) or 32 (MXFP4, e8m0 scales).
+inline int scale_block(ScaleFormat f) { return f == ScaleFormat::nvfp4 ? 16 : 32; }
+// Compute capability major*10+minor of an architecture (90, 100, 120).
+int arch_cc(Arch a);
+
+// Geometry and numerics of one MoE layer (DESIGN §1, §3). Runtime-only values (alpha, beta, limit)
+// live here too because a layer carries them; kernels take them as arguments.
+struct LayerSpec {
+  ScaleFormat format = ScaleFormat::mxfp4;
+  Activation activation = Activation::silu;
+  GateUpOrder gate_up_order = GateUpOrder::gate_up;  // order of the logical w13 rows
+  int experts = 0;       // E, local experts
+  int hidden = 0;        // H
+  int intermediate = 0;  // I (per TP shard)
+  int top_k = 0;         // K
+  int expert_begin = 0;  // global id of local expert 0 (expert parallelism)
+  bool has_bias = false;
+  float swiglu_alpha = 1.702f;
+  float swiglu_beta = 1.0f;
+  std::optional<float> limit;  // clamp limit L (silu, swigluoai); none means no clamp
+
+  // Rows of the FC1 matrix: 2I for gated activations, I for relu2.
+  int fc1_rows() const { return is_gated(activation) ? 2 * intermediate : intermediate; }
+  // Throws moejit::Error when a size is non-positive or not a multiple of the scale block.
+  void validate() const;
+};
+
+}  // namespace moejit

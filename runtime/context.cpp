@@ -1,0 +1,37 @@
+#include "runtime/context.hpp"
+
+#include <map>
+#include <mutex>
+
+#include "runtime/driver_api.hpp"
+
+namespace moejit::detail {
+
+CUcontext ensure_context(int device) {
+  const DriverApi& d = driver();
+  if (device < 0) {
+    CUcontext cur = nullptr;
+    check(d.cuCtxGetCurrent(&cur), "cuCtxGetCurrent");
+    if (cur) return cur;
+    device = 0;
+  }
+  static std::mutex mu;
+  static std::map<int, CUcontext> retained;  // primary contexts stay retained for the process
+  CUcontext ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = retained.find(device);
+    if (it == retained.end()) {
+      CUdevice dev;
+      check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
+      check(d.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+      retained[device] = ctx;
+    } else {
+      ctx = it->second;
+    }
+  }
+  check(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  return ctx;
+}
+
+}  // namespace moejit::detail

@@ -1,0 +1,33 @@
+#pragma once
+// Host side of each kernel family: builds parameters and launches (one file per family).
+#include <cuda.h>
+
+#include <memory>
+
+#include "moejit/runtime.hpp"
+#include "runtime/module_registry.hpp"
+#include "runtime/prepared_layer.hpp"
+#include "runtime/workspace.hpp"
+
+namespace moejit::detail {
+
+std::shared_ptr<PreparedLayerImpl> prepare_layer(ModuleRegistry& modules, Arch arch, const DeviceLayerView& v,
+                                                 CUstream stream);
+
+// Everything one forward launch sequence needs.
+struct ForwardContext {
+  const PreparedLayerImpl& layer;
+  const ForwardArgs& args;
+  const WorkspaceLayout& ws;
+  const Plan& plan;
+  ModuleRegistry& modules;
+  CUstream stream;
+  float alpha, beta, limit;
+};
+
+// Routing kernel: counts, offsets and the stable permutation into the workspace.
+void launch_route(const ForwardContext& ctx, const KernelKey& key);
+// Decode family FC1 and FC2 (+ top-k combine).
+void launch_decode(const ForwardContext& ctx, const KernelKey& fc1, const KernelKey& fc2);
+
+}  // namespace moejit::detail

@@ -1,0 +1,114 @@
+// prepare: logical weights in device memory -> PreparedLayerImpl, repacked on the GPU by the
+// `prepare` kernels (templates/prepare_repack.cuh).
+#include "runtime/families/families.hpp"
+
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "moejit/error.hpp"
+#include "runtime/driver_api.hpp"
+#include "runtime/kernel_params.hpp"
+#include "runtime/launch.hpp"
+
+namespace moejit::detail {
+
+namespace {
+int order_code(GateUpOrder o) {
+  switch (o) {
+    case GateUpOrder::gate_up: return 0;
+    case GateUpOrder::up_gate: return 1;
+    case GateUpOrder::interleaved: return 2;
+  }
+  return 0;
+}
+
+void repack_plane(ModuleRegistry& modules, Arch arch, CUstream stream, const PlaneGeometry& geo, DevicePtr src,
+                  DevicePtr src_scale, int logical_rows, int order, DeviceBuffer& w, DeviceBuffer& s) {
+  w = DeviceBuffer(geo.weight_bytes());
+  s = DeviceBuffer(geo.scale_bytes());
+  KernelKey key;
+  key.kind = KernelKind::prepare;
+  key.arch = arch;
+  key = key.normalized();
+  RepackParams p{};
+  p.src = src;
+  p.src_scale = src_scale;
+  p.dst = w.ptr();
+  p.dst_scale = s.ptr();
+  p.experts = geo.experts;
+  p.slabs = geo.slabs;
+  p.mats = geo.mats;
+  p.k = geo.k;
+  p.chunks = geo.chunks;
+  p.logical_rows = logical_rows;
+  p.rows_per_mat = geo.slabs * 16;
+  p.block = geo.block;
+  p.order = order;
+  const unsigned block = static_cast<unsigned>(key.warps * 32);
+  auto grid_for = [&](size_t n) { return static_cast<unsigned>((n + block - 1) / block); };
+  launch(modules.function(key, stream, "_weights"), LaunchShape{grid_for(geo.runs()), 1, 1, block, 0}, stream, &p);
+  launch(modules.function(key, stream, "_scales"), LaunchShape{grid_for(geo.scale_pairs()), 1, 1, block, 0}, stream, &p);
+}
+
+DeviceBuffer copy_device(DevicePtr src, size_t bytes, CUstream stream) {
+  DeviceBuffer b(bytes);
+  check(driver().cuMemcpyDtoDAsync(b.ptr(), src, bytes, stream), "cuMemcpyDtoDAsync");
+  return b;
+}
+}  // namespace
+
+std::shared_ptr<PreparedLayerImpl> prepare_layer(ModuleRegistry& modules, Arch arch, const DeviceLayerView& v,
+                                                 CUstream stream) {
+  const LayerSpec& spec = v.spec;
+  spec.validate();
+  const bool nv = spec.format == ScaleFormat::nvfp4;
+  auto require = [&](DevicePtr p, const char* name) {
+    if (!p) throw Error(fmt::format("prepare: tensor {} is required for this layer but its pointer is null", name));
+  };
+  require(v.w13, "w13");
+  require(v.w13_scale, "w13_scale");
+  require(v.w2, "w2");
+  require(v.w2_scale, "w2_scale");
+  if (nv) {
+    require(v.w13_global_scale, "w13_global_scale");
+    require(v.w2_global_scale, "w2_global_scale");
+  }
+  if (spec.has_bias) {
+    require(v.w13_bias, "w13_bias");
+    require(v.w2_bias, "w2_bias");
+  }
+  auto layer = std::make_shared<PreparedLayerImpl>();
+  layer->layer_spec = spec;
+  const PlaneGeometry g1 = fc1_geometry(spec), g2 = fc2_geometry(spec);
+  const int rows1 = spec.fc1_rows();
+  const int order = is_gated(spec.activation) ? order_code(spec.gate_up_order) : 0;
+  repack_plane(modules, arch, stream, g1, v.w13, v.w13_scale, rows1, order, layer->fc1_w, layer->fc1_s);
+  repack_plane(modules, arch, stream, g2, v.w2, v.w2_scale, spec.hidden, 0, layer->fc2_w, layer->fc2_s);
+  const size_t E = spec.experts;
+  if (nv) {
+    layer->fc1_gs = copy_device(v.w13_global_scale, E * sizeof(float), stream);
+    layer->fc2_gs = copy_device(v.w2_global_scale, E * sizeof(float), stream);
+  }
+  if (spec.has_bias) {
+    // Biases are small: reorder FC1's into [E][mats][I] on the host.
+    std::vector<float> b1(E * rows1);
+    check(driver().cuStreamSynchronize(stream), "cuStreamSynchronize");
+    check(driver().cuMemcpyDtoH(b1.data(), v.w13_bias, b1.size() * sizeof(float)), "cuMemcpyDtoH(w13_bias)");
+    std::vector<float> r1(b1.size());
+    const int I = spec.intermediate, mats = g1.mats;
+    for (size_t e = 0; e < E; ++e)
+      for (int m = 0; m < mats; ++m)
+        for (int i = 0; i < I; ++i) {
+          int row = i;
+          if (mats == 2) row = fc1_row_of(spec, m == 1, i);
+          r1[(e * mats + m) * I + i] = b1[e * rows1 + row];
+        }
+    layer->fc1_bias = DeviceBuffer::from(r1);
+    layer->fc2_bias = copy_device(v.w2_bias, E * spec.hidden * sizeof(float), stream);
+  }
+  check(driver().cuStreamSynchronize(stream), "cuStreamSynchronize(prepare)");
+  return layer;
+}
+
+}  // namespace moejit::detail

@@ -1,0 +1,31 @@
+// Routing family host side.
+#include "runtime/families/families.hpp"
+#include "runtime/kernel_params.hpp"
+#include "runtime/launch.hpp"
+
+namespace moejit::detail {
+
+void launch_route(const ForwardContext& ctx, const KernelKey& key) {
+  const LayerSpec& spec = ctx.layer.spec();
+  const DevicePtr ws = ctx.args.workspace;
+  RouteParams p{};
+  p.topk_ids = ctx.args.topk_ids;
+  p.topk_weights = ctx.args.topk_weights;
+  p.pairs = ctx.args.tokens * spec.top_k;
+  p.expert_begin = spec.expert_begin;
+  p.num_active = ws + ctx.ws.num_active;
+  p.active_expert = ws + ctx.ws.active_expert;
+  p.active_offset = ws + ctx.ws.active_offset;
+  p.pair_token = ws + ctx.ws.pair_token;
+  p.pair_weight = ws + ctx.ws.pair_weight;
+  p.pos_of = ws + ctx.ws.pos_of;
+  p.counters = ws + ctx.ws.counters;
+  p.num_counters = spec.hidden / 16;
+  p.top_k = spec.top_k;
+  LaunchShape shape;
+  shape.block = static_cast<unsigned>(key.warps * 32);
+  shape.dynamic_smem = static_cast<unsigned>(2 * spec.experts * sizeof(int32_t));
+  launch(ctx.modules.function(key, ctx.stream), shape, ctx.stream, &p);
+}
+
+}  // namespace moejit::detail

@@ -1,0 +1,33 @@
+#pragma once
+// Host mirrors of the kernel parameter structs in templates/ (same field order and types; pointers
+// as 64-bit device addresses). Kernels take one struct by value.
+#include <cstdint>
+
+namespace moejit::detail {
+
+using dptr = uint64_t;
+
+struct RepackParams {
+  dptr src, src_scale, dst, dst_scale;
+  int32_t experts, slabs, mats, k, chunks, logical_rows, rows_per_mat, block, order;
+};
+
+struct RouteParams {
+  dptr topk_ids, topk_weights;
+  int32_t pairs, expert_begin;
+  dptr num_active, active_expert, active_offset, pair_token, pair_weight, pos_of, counters;
+  int32_t num_counters, top_k;
+};
+
+struct DecodeFc1Params {
+  dptr w, s, gscale, bias, x, num_active, active_expert, active_offset, pair_token, act;
+  float alpha, beta, limit;
+};
+
+struct DecodeFc2Params {
+  dptr w, s, gscale, bias, act, num_active, active_expert, active_offset, pair_weight, pos_of, partial,
+      counters, out;
+  int32_t tokens, top_k;
+};
+
+}  // namespace moejit::detail

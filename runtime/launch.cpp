@@ -1,0 +1,74 @@
+#include "runtime/launch.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "moejit/error.hpp"
+#include "runtime/driver_api.hpp"
+
+namespace moejit::detail {
+
+void launch(CUfunction f, const LaunchShape& s, CUstream stream, void* params, bool programmatic_dependent) {
+  void* args[] = {params};
+  if (s.dynamic_smem > 48 * 1024)
+    check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(s.dynamic_smem)),
+          "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+  if (!programmatic_dependent) {
+    check(driver().cuLaunchKernel(f, s.grid_x, s.grid_y, s.grid_z, s.block, 1, 1, s.dynamic_smem, stream, args, nullptr),
+          "cuLaunchKernel");
+    return;
+  }
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = s.grid_x;
+  cfg.gridDimY = s.grid_y;
+  cfg.gridDimZ = s.grid_z;
+  cfg.blockDimX = s.block;
+  cfg.blockDimY = 1;
+  cfg.blockDimZ = 1;
+  cfg.sharedMemBytes = s.dynamic_smem;
+  cfg.hStream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  check(driver().cuLaunchKernelEx(&cfg, f, args, nullptr), "cuLaunchKernelEx(programmatic)");
+}
+
+unsigned cooperative_grid_limit(CUfunction f, unsigned block, unsigned dynamic_smem, int sm_count) {
+  check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(dynamic_smem)),
+        "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+  int per_sm = 0;
+  check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, static_cast<int>(block), dynamic_smem),
+        "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  if (per_sm <= 0)
+    throw Error(fmt::format("cooperative launch: a CTA of {} threads with {} bytes of dynamic shared memory does not fit "
+                            "on a multiprocessor",
+                            block, dynamic_smem));
+  return static_cast<unsigned>(per_sm) * static_cast<unsigned>(sm_count);
+}
+
+unsigned launch_cooperative(CUfunction f, unsigned wanted_grid, unsigned block, unsigned dynamic_smem, int sm_count,
+                            CUstream stream, void* params) {
+  const unsigned grid = std::max(1u, std::min(wanted_grid, cooperative_grid_limit(f, block, dynamic_smem, sm_count)));
+  void* args[] = {params};
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+  attr.value.cooperative = 1;
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = grid;
+  cfg.gridDimY = 1;
+  cfg.gridDimZ = 1;
+  cfg.blockDimX = block;
+  cfg.blockDimY = 1;
+  cfg.blockDimZ = 1;
+  cfg.sharedMemBytes = dynamic_smem;
+  cfg.hStream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  check(driver().cuLaunchKernelEx(&cfg, f, args, nullptr), "cuLaunchKernelEx(cooperative)");
+  return grid;
+}
+
+}  // namespace moejit::detail

@@ -1,0 +1,34 @@
+#pragma once
+// Loaded modules of one runtime, keyed by kernel key. Modules stay loaded for the life of the runtime
+// (captured CUDA graphs may reference their functions). Thread-safe.
+#include <cuda.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "moejit/kernel_cache.hpp"
+
+namespace moejit::detail {
+
+class ModuleRegistry {
+ public:
+  explicit ModuleRegistry(KernelCache& cache) : cache_(cache) {}
+  ~ModuleRegistry();
+  // Function `entry_suffix` appended to the key's entry name. When the module is not loaded yet and
+  // `stream` is being captured into a graph, throws (compiling or loading during capture would break
+  // the capture); otherwise compiles or reads the cubin through the cache and loads it.
+  CUfunction function(const KernelKey& key, CUstream stream, const std::string& entry_suffix = "");
+  // Loads (compiling when needed) without launching anything.
+  void preload(const KernelKey& key);
+
+ private:
+  CUmodule module_for(const KernelKey& key, CUstream stream);
+  KernelCache& cache_;
+  std::mutex mu_;
+  std::map<std::string, CUmodule> modules_;
+  std::map<std::string, CUfunction> functions_;
+};
+
+}  // namespace moejit::detail

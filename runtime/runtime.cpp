@@ -1,0 +1,157 @@
+// Runtime: device selection, prepare, workspace, prewarm and forward.
+#include "moejit/runtime.hpp"
+
+#include <fmt/format.h>
+
+#include <mutex>
+
+#include "moejit/error.hpp"
+#include "runtime/context.hpp"
+#include "runtime/driver_api.hpp"
+#include "runtime/families/families.hpp"
+
+namespace moejit {
+
+using namespace detail;
+
+struct Runtime::Impl {
+  RuntimeOptions options;
+  CUcontext ctx = nullptr;
+  int sms = 0;
+  Arch arch = Arch::sm_90a;
+  std::string name;
+  KernelCache cache;
+  ModuleRegistry modules;
+  std::mutex prepare_mu;
+
+  explicit Impl(RuntimeOptions o) : options(std::move(o)), cache(options.cache), modules(cache) {}
+  void make_current() const { check(driver().cuCtxSetCurrent(ctx), "cuCtxSetCurrent"); }
+};
+
+namespace {
+Arch arch_of(int major, int minor, const std::string& name) {
+  if (major == 9 && minor == 0) return Arch::sm_90a;
+  if (major == 10 && minor == 0) return Arch::sm_100a;
+  if (major == 12 && minor == 0) return Arch::sm_120a;
+  throw Error(fmt::format("device {} has compute capability {}.{}; moejit builds for sm_90a, sm_100a and sm_120a", name,
+                          major, minor));
+}
+
+const PreparedLayerImpl& impl_of(const PreparedLayer& layer) {
+  auto* p = dynamic_cast<const PreparedLayerImpl*>(&layer);
+  if (!p) throw Error("layer: not a layer prepared by moejit::Runtime::prepare");
+  return *p;
+}
+}  // namespace
+
+Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
+  const DriverApi& d = driver();
+  int count = 0;
+  check(d.cuDeviceGetCount(&count), "cuDeviceGetCount");
+  if (impl_->options.device < 0 || impl_->options.device >= count)
+    throw Error(fmt::format("device {} does not exist ({} CUDA device(s) present)", impl_->options.device, count));
+  impl_->ctx = ensure_context(impl_->options.device);
+  CUdevice dev;
+  check(d.cuDeviceGet(&dev, impl_->options.device), "cuDeviceGet");
+  char name[256] = {};
+  check(d.cuDeviceGetName(name, sizeof(name), dev), "cuDeviceGetName");
+  impl_->name = name;
+  int major = 0, minor = 0;
+  check(d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute");
+  check(d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute");
+  check(d.cuDeviceGetAttribute(&impl_->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute");
+  impl_->arch = arch_of(major, minor, impl_->name);
+}
+
+Runtime::~Runtime() = default;
+
+int Runtime::device() const { return impl_->options.device; }
+int Runtime::sm_count() const { return impl_->sms; }
+Arch Runtime::arch() const { return impl_->arch; }
+std::string Runtime::device_name() const { return impl_->name; }
+KernelCache& Runtime::cache() { return impl_->cache; }
+
+std::shared_ptr<PreparedLayer> Runtime::prepare(const DeviceLayerView& layer, StreamHandle stream) {
+  std::lock_guard<std::mutex> lock(impl_->prepare_mu);
+  impl_->make_current();
+  return prepare_layer(impl_->modules, impl_->arch, layer, static_cast<CUstream>(stream));
+}
+
+std::shared_ptr<PreparedLayer> Runtime::prepare(const HostLayer& layer) {
+  layer.validate();
+  impl_->make_current();
+  // Upload the logical tensors as they are, then repack on the GPU like a device-resident layer.
+  DeviceLayerView v;
+  v.spec = layer.spec;
+  std::vector<DeviceBuffer> keep;
+  auto up = [&](const auto& vec) -> DevicePtr {
+    if (vec.empty()) return 0;
+    keep.push_back(DeviceBuffer::from(vec));
+    return keep.back().ptr();
+  };
+  v.w13 = up(layer.w13);
+  v.w13_scale = up(layer.w13_scale);
+  v.w13_global_scale = up(layer.w13_global_scale);
+  v.w13_bias = up(layer.w13_bias);
+  v.w2 = up(layer.w2);
+  v.w2_scale = up(layer.w2_scale);
+  v.w2_global_scale = up(layer.w2_global_scale);
+  v.w2_bias = up(layer.w2_bias);
+  return prepare(v, nullptr);
+}
+
+size_t Runtime::workspace_size(const PreparedLayer& layer, int max_tokens) const {
+  if (max_tokens < 1) throw Error(fmt::format("workspace_size: max_tokens must be >= 1, got {}", max_tokens));
+  return WorkspaceLayout::make(layer.spec(), max_tokens).total;
+}
+
+Plan Runtime::plan(const PreparedLayer& layer, int tokens, Family force) const {
+  return make_plan(layer.spec(), impl_->arch, tokens, impl_->sms, force);
+}
+
+void Runtime::prewarm(const PreparedLayer& layer, int max_tokens, Family force) {
+  impl_->make_current();
+  for (const auto& key : keys_for_range(layer.spec(), impl_->arch, max_tokens, impl_->sms, force))
+    impl_->modules.preload(key);
+}
+
+void Runtime::forward(const PreparedLayer& layer_base, const ForwardArgs& a) {
+  const PreparedLayerImpl& layer = impl_of(layer_base);
+  const LayerSpec& spec = layer.spec();
+  if (a.tokens < 0) throw Error(fmt::format("forward: tokens must be >= 0, got {}", a.tokens));
+  if (a.tokens == 0) return;
+  auto need = [](DevicePtr p, const char* name, int align) {
+    if (!p) throw Error(fmt::format("forward: {} is null", name));
+    if (p % align) throw Error(fmt::format("forward: {} must be {}-byte aligned", name, align));
+  };
+  need(a.x, "x", 16);
+  need(a.out, "out", 16);
+  need(a.topk_ids, "topk_ids", 4);
+  need(a.topk_weights, "topk_weights", 4);
+  need(a.workspace, "workspace", 256);
+  const WorkspaceLayout ws = WorkspaceLayout::make(spec, a.tokens);
+  if (a.workspace_bytes < ws.total)
+    throw Error(fmt::format("forward: workspace has {} bytes but {} tokens need {} (size it with workspace_size)",
+                            a.workspace_bytes, a.tokens, ws.total));
+  const Plan plan = make_plan(spec, impl_->arch, a.tokens, impl_->sms, a.force);
+  impl_->make_current();
+  ForwardContext ctx{layer,
+                     a,
+                     ws,
+                     plan,
+                     impl_->modules,
+                     static_cast<CUstream>(a.stream),
+                     a.swiglu_alpha.value_or(spec.swiglu_alpha),
+                     a.swiglu_beta.value_or(spec.swiglu_beta),
+                     a.limit ? *a.limit : spec.limit.value_or(0.f)};
+  switch (plan.family) {
+    case Family::decode:
+      launch_route(ctx, plan.kernels.at(0));
+      launch_decode(ctx, plan.kernels.at(1), plan.kernels.at(2));
+      return;
+    case Family::automatic: break;
+  }
+  throw Error("forward: the planner returned no family");
+}
+
+}  // namespace moejit

@@ -1,0 +1,80 @@
+// Device-only basics shared by every kernel: fixed-width types, bf16 conversions, cached loads,
+// tensor-core MMA and programmatic-dependent-launch controls, all as inline PTX so generated source
+// needs no CUDA toolkit header (a server ships with the driver and libnvrtc only).
+#pragma once
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef int i32;
+
+struct alignas(16) u32x4 { u32 x, y, z, w; };
+struct alignas(8) u32x2 { u32 x, y; };
+
+#define MOEJIT_DEVICE __device__ __forceinline__
+
+// fp32 -> bf16 bits, round to nearest even (NaN stays NaN).
+MOEJIT_DEVICE u16 f32_to_bf16(float v) {
+  u16 r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(v));
+  return r;
+}
+MOEJIT_DEVICE float bf16_to_f32(u16 b) { return __uint_as_float(((u32)b) << 16); }
+// Two fp32 -> packed bf16x2 (lo in bits 0..15).
+MOEJIT_DEVICE u32 pack_bf16x2(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+// Element-wise bf16x2 product, exact whenever the product is representable (no fast-math flush).
+MOEJIT_DEVICE u32 bf16x2_mul(u32 a, u32 b) {
+  u32 r;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u));
+  return r;
+}
+
+// Streaming 16-byte load of data read exactly once (weights): skip L1 allocation.
+MOEJIT_DEVICE u32x4 ld_stream_16(const void* p) {
+  u32x4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+MOEJIT_DEVICE u16 ld_stream_u16(const void* p) {
+  u16 v;
+  asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+  return v;
+}
+MOEJIT_DEVICE u32x4 ld_nc_16(const void* p) {
+  u32x4 v;
+  asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+// Loads of data another CTA of the same grid wrote (bypass the incoherent L1).
+MOEJIT_DEVICE float ld_cg_f32(const float* p) {
+  float v;
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
+  return v;
+}
+MOEJIT_DEVICE u32x4 ld_cg_16(const void* p) {
+  u32x4 v;
+  asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// D = A(16x16 bf16, row) * B(16x8 bf16, col) + C, fp32 accumulators.
+MOEJIT_DEVICE void mma_bf16_16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+  asm(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Programmatic dependent launch: let the next kernel in the stream start its prologue, and wait
+// for the previous kernel's memory to be visible. No-ops when launched without the attribute.
+MOEJIT_DEVICE void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+MOEJIT_DEVICE void pdl_wait_primary() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+MOEJIT_DEVICE u32 lane_id() { return threadIdx.x & 31u; }

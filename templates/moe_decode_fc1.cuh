@@ -1,0 +1,74 @@
+// Decode family, FC1: act[pos, :] = activation(x[token] . W13[e]^T + b13[e]) rounded to bf16, for every
+// routed pair of every active expert. Grid: (I/16 slabs, active-slot capacity); CTAs of slots beyond
+// num_active exit at once.
+#pragma once
+#include "activations.cuh"
+#include "slab_mma.cuh"
+
+struct DecodeFc1Params {
+  const u32x4* w;            // prepared FC1 weights [E][I/16][chunks][mats][32 lanes] x 16 B
+  const u16* s;              // prepared FC1 scales  [E][I/16][chunks][mats][blocks][8]
+  const float* gscale;       // [E] (NVFP4) or null
+  const float* bias;         // [E][mats][I] or null
+  const u16* x;              // [M][H] bf16
+  const i32* num_active;
+  const i32* active_expert;
+  const i32* active_offset;
+  const i32* pair_token;
+  u16* act;                  // [pairs][I] bf16
+  float alpha, beta, limit;
+};
+
+template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kH, int kI, int kWarps, int kNT>
+__device__ void moe_decode_fc1(const DecodeFc1Params& p) {
+  constexpr int kMats = kAct == kActRelu2 ? 1 : 2;
+  constexpr int kChunks = (kH + 63) / 64;
+  constexpr int kSlabs = kI / 16;
+  using SG = ScaleGeometry<kNvfp4>;
+  __shared__ float red[kWarps > 1 ? kWarps * kNT * kMats * 4 * 32 : 1];
+
+  pdl_wait_primary();
+  const int slab = blockIdx.x, slot = blockIdx.y;
+  if (slot >= *p.num_active) return;
+  const int e = p.active_expert[slot];
+  const int off = p.active_offset[slot], count = p.active_offset[slot + 1] - off;
+  const int lane = lane_id(), warp = threadIdx.x >> 5, g = lane >> 2, c4 = lane & 3;
+  const size_t slab_index = (size_t)e * kSlabs + slab;
+  const u32x4* w = p.w + slab_index * kChunks * kMats * 32 + lane;
+  const u16* s = p.s + slab_index * kChunks * kMats * SG::kU16PerChunk;
+  const float gs = kNvfp4 ? p.gscale[e] : 1.f;
+
+  for (int pass = 0; pass < count; pass += 8 * kNT) {
+    const int live = min(kNT, (count - pass + 7) / 8);
+    const u16* rows[kNT];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const int t = pass + nt * 8 + g;
+      rows[nt] = t < count ? p.x + (size_t)p.pair_token[off + t] * kH : nullptr;
+    }
+    float acc[kNT][kMats][4];
+    slab_mma<kNvfp4, kH, kMats, kWarps, kNT>(w, s, rows, live, acc);
+    reduce_over_warps<kMats, kWarps, kNT>(acc, red);
+    if (warp == 0) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int t = pass + nt * 8 + 2 * c4 + (i & 1);
+          if (nt < live && t < count) {
+            const int row = slab * 16 + g + (i >> 1) * 8;
+            float gate = acc[nt][0][i] * gs, up = kMats == 2 ? acc[nt][kMats - 1][i] * gs : 0.f;
+            if (kBias) {
+              gate += p.bias[((size_t)e * kMats) * kI + row];
+              if (kMats == 2) up += p.bias[((size_t)e * kMats + 1) * kI + row];
+            }
+            const float a = apply_activation<kAct, kLimit>(gate, up, p.alpha, p.beta, p.limit);
+            p.act[(size_t)(off + t) * kI + row] = f32_to_bf16(a);
+          }
+        }
+      }
+    }
+    __syncthreads();  // red is reused by the next pass
+  }
+  pdl_launch_dependents();
+}

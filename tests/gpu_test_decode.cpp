@@ -1,0 +1,234 @@
+// GPU correctness of the decode family against the fp64 CPU reference (DESIGN §8): every
+// activation x format x bias x limit, M in {1, 2, 3, 7, 16, 33, 64}, fresh random data, poisoned
+// outputs, invalid expert ids, real model geometries, graph replay and run-to-run determinism.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "gpu_support.hpp"
+#include "moejit/error.hpp"
+#include "moejit/safetensors.hpp"
+#include "runtime/driver_api.hpp"
+
+using namespace moejit;
+using namespace moejit::test;
+
+namespace {
+Runtime& runtime() {
+  static Runtime rt;
+  return rt;
+}
+
+LayerSpec small_spec(ScaleFormat f, Activation a, bool bias, bool limit) {
+  LayerSpec s;
+  s.format = f;
+  s.activation = a;
+  s.experts = 3;
+  s.hidden = 96;
+  s.intermediate = 160;
+  s.top_k = 2;
+  s.expert_begin = 5;
+  s.has_bias = bias;
+  s.gate_up_order = a == Activation::swigluoai ? GateUpOrder::interleaved : GateUpOrder::gate_up;
+  if (limit) s.limit = a == Activation::swigluoai ? 7.f : 3.f;
+  return s;
+}
+
+Agreement check_against_reference(const HostLayer& host, const PreparedLayer& layer, int tokens, uint64_t seed,
+                                   bool invalid_ids = true) {
+  auto& rt = runtime();
+  HostInputs in = make_random_inputs(host.spec, tokens, seed, invalid_ids);
+  DeviceInputs d = upload_inputs(rt, layer, in, tokens);
+  auto out = run_poisoned(rt, layer, d, tokens);
+  ReferenceOutput ref = reference_forward(host, in);
+  return compare(to_float(out), ref.out_f64);
+}
+}  // namespace
+
+TEST_CASE("decode family matches the reference for every activation, format, bias and limit", "[gpu][decode]") {
+  uint64_t seed = 1000;
+  for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4})
+    for (Activation a : {Activation::silu, Activation::gelu_tanh, Activation::relu2, Activation::swigluoai})
+      for (bool bias : {false, true})
+        for (bool limit : {false, true}) {
+          if (limit && a != Activation::silu && a != Activation::swigluoai) continue;
+          LayerSpec spec = small_spec(f, a, bias, limit);
+          HostLayer host = make_random_layer(spec, ++seed);
+          auto layer = runtime().prepare(host);
+          for (int m : {1, 2, 3, 7, 16, 33, 64}) {
+            INFO(fmt::format("{} {} bias={} limit={} M={}", to_string(f), to_string(a), bias, limit, m));
+            Agreement ag = check_against_reference(host, *layer, m, ++seed);
+            CHECK(ag.nonfinite == 0);
+            CHECK(ag.rel_l2 < kRelL2Tolerance);
+            CHECK(ag.cosine > kCosineTolerance);
+          }
+        }
+}
+
+TEST_CASE("decode family matches the golden layers", "[gpu][golden]") {
+  for (const char* name : {"nvfp4_silu", "mxfp4_swigluoai_bias_ep", "nvfp4_relu2", "mxfp4_gelu_interleaved",
+                           "nvfp4_silu_limit_upgate"}) {
+    INFO(name);
+    const std::string dir = std::string(MOEJIT_GOLDEN_DIR) + "/" + name;
+    HostLayer host = read_layer_file(dir + "/layer.safetensors");
+    HostInputs in = read_input_file(dir + "/input.safetensors");
+    SafetensorsFile expected = read_safetensors(dir + "/expected.safetensors");
+    const Tensor& t = expected.tensors.at("out_f32");
+    std::vector<double> want(t.data.size() / 4);
+    for (size_t i = 0; i < want.size(); ++i) {
+      float v;
+      std::memcpy(&v, t.data.data() + 4 * i, 4);
+      want[i] = v;
+    }
+    auto layer = runtime().prepare(host);
+    DeviceInputs d = upload_inputs(runtime(), *layer, in, in.tokens);
+    auto out = run_poisoned(runtime(), *layer, d, in.tokens);
+    Agreement ag = compare(to_float(out), want);
+    CHECK(ag.nonfinite == 0);
+    CHECK(ag.rel_l2 < kRelL2Tolerance);
+  }
+}
+
+TEST_CASE("decode family at real model geometries", "[gpu][models]") {
+  struct Case {
+    const char* name;
+    LayerSpec spec;
+    std::vector<int> tokens;
+  };
+  LayerSpec gptoss;
+  gptoss.format = ScaleFormat::mxfp4;
+  gptoss.activation = Activation::swigluoai;
+  gptoss.gate_up_order = GateUpOrder::interleaved;
+  gptoss.experts = 128;
+  gptoss.hidden = 2880;
+  gptoss.intermediate = 2880;
+  gptoss.top_k = 4;
+  gptoss.has_bias = true;
+  gptoss.limit = 7.f;
+  LayerSpec deepseek;
+  deepseek.format = ScaleFormat::nvfp4;
+  deepseek.activation = Activation::silu;
+  deepseek.experts = 256;
+  deepseek.hidden = 7168;
+  deepseek.intermediate = 2048;
+  deepseek.top_k = 8;
+  for (const Case& c : {Case{"gpt-oss-120b", gptoss, {1, 7, 64}}, Case{"deepseek-v3", deepseek, {1, 9}}}) {
+    HostLayer host = random_code_layer(c.spec, 77);
+    auto layer = runtime().prepare(host);
+    for (int m : c.tokens) {
+      INFO(fmt::format("{} M={}", c.name, m));
+      Agreement ag = check_against_reference(host, *layer, m, 900 + m);
+      CHECK(ag.nonfinite == 0);
+      CHECK(ag.rel_l2 < kRelL2Tolerance);
+      CHECK(ag.cosine > kCosineTolerance);
+    }
+  }
+}
+
+TEST_CASE("ids outside the local range contribute nothing; all-invalid rows are zero", "[gpu][routing]") {
+  LayerSpec spec = small_spec(ScaleFormat::mxfp4, Activation::silu, true, false);
+  HostLayer host = make_random_layer(spec, 5);
+  auto layer = runtime().prepare(host);
+  HostInputs in = make_random_inputs(spec, 9, 6, false);
+  for (int k = 0; k < spec.top_k; ++k) {
+    in.topk_ids[0 * spec.top_k + k] = -1;                                   // token 0: nothing local
+    in.topk_ids[1 * spec.top_k + k] = spec.expert_begin + spec.experts + k; // token 1: another rank's experts
+  }
+  in.topk_ids[2 * spec.top_k] = spec.expert_begin - 1;
+  DeviceInputs d = upload_inputs(runtime(), *layer, in, in.tokens);
+  auto out = run_poisoned(runtime(), *layer, d, in.tokens);
+  for (int h = 0; h < spec.hidden; ++h) {
+    CHECK(out[h] == 0);
+    CHECK(out[spec.hidden + h] == 0);
+  }
+  ReferenceOutput ref = reference_forward(host, in);
+  Agreement ag = compare(to_float(out), ref.out_f64);
+  CHECK(ag.rel_l2 < kRelL2Tolerance);
+
+  // Every id invalid: the whole output is written, with zeros.
+  for (auto& id : in.topk_ids) id = -1;
+  DeviceInputs d2 = upload_inputs(runtime(), *layer, in, in.tokens);
+  auto zeros = run_poisoned(runtime(), *layer, d2, in.tokens);
+  for (auto v : zeros) CHECK(v == 0);
+}
+
+TEST_CASE("the tolerance catches wrong kernels", "[gpu][tolerance]") {
+  LayerSpec spec = small_spec(ScaleFormat::nvfp4, Activation::silu, false, false);
+  HostLayer host = make_random_layer(spec, 11);
+  HostInputs in = make_random_inputs(spec, 16, 12, false);
+  ReferenceOutput ref = reference_forward(host, in);
+  auto run = [&](const HostLayer& device_layer) {
+    auto layer = runtime().prepare(device_layer);
+    DeviceInputs d = upload_inputs(runtime(), *layer, in, in.tokens);
+    return compare(to_float(run_poisoned(runtime(), *layer, d, in.tokens)), ref.out_f64);
+  };
+  CHECK(run(host).rel_l2 < kRelL2Tolerance);
+  HostLayer swapped = host;  // gate and up exchanged
+  swapped.spec.gate_up_order = GateUpOrder::up_gate;
+  CHECK(run(swapped).rel_l2 > 10 * kRelL2Tolerance);
+  HostLayer shifted = host;  // every row's scales moved by one block
+  const int blocks = spec.hidden / scale_block(spec.format);
+  for (size_t r = 0; r < shifted.w13_scale.size() / blocks; ++r)
+    std::rotate(shifted.w13_scale.begin() + r * blocks, shifted.w13_scale.begin() + r * blocks + 1,
+                shifted.w13_scale.begin() + (r + 1) * blocks);
+  CHECK(run(shifted).rel_l2 > 10 * kRelL2Tolerance);
+}
+
+TEST_CASE("graph replay equals eager execution and runs are bit-identical", "[gpu][graph]") {
+  using namespace moejit::detail;
+  LayerSpec spec = small_spec(ScaleFormat::mxfp4, Activation::swigluoai, true, true);
+  spec.experts = 16;
+  spec.top_k = 4;
+  HostLayer host = make_random_layer(spec, 21);
+  auto& rt = runtime();
+  auto layer = rt.prepare(host);
+  const int m = 33;
+  HostInputs in = make_random_inputs(spec, m, 22, true);
+  DeviceInputs d = upload_inputs(rt, *layer, in, m);
+  rt.prewarm(*layer, m);
+  auto eager1 = run_poisoned(rt, *layer, d, m);
+  auto eager2 = run_poisoned(rt, *layer, d, m);
+  CHECK(eager1 == eager2);
+
+  CUstream stream;
+  check(driver().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  ForwardArgs a = args_for(d, m);
+  a.stream = stream;
+  check(driver().cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+  rt.forward(*layer, a);
+  CUgraph graph;
+  check(driver().cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
+  CUgraphExec exec;
+  check(driver().cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate");
+  for (int rep = 0; rep < 3; ++rep) {
+    d.out.fill_bytes(0xFF);
+    check(driver().cuGraphLaunch(exec, stream), "cuGraphLaunch");
+    check(driver().cuStreamSynchronize(stream), "cuStreamSynchronize");
+    CHECK(d.out.to_vector<uint16_t>(static_cast<size_t>(m) * spec.hidden) == eager1);
+  }
+  driver().cuGraphExecDestroy(exec);
+  driver().cuGraphDestroy(graph);
+  driver().cuStreamDestroy(stream);
+}
+
+TEST_CASE("forward rejects bad arguments before launching", "[gpu][errors]") {
+  LayerSpec spec = small_spec(ScaleFormat::mxfp4, Activation::silu, false, false);
+  HostLayer host = make_random_layer(spec, 31);
+  auto& rt = runtime();
+  auto layer = rt.prepare(host);
+  HostInputs in = make_random_inputs(spec, 4, 32, false);
+  DeviceInputs d = upload_inputs(rt, *layer, in, 4);
+  ForwardArgs a = args_for(d, 8);  // workspace sized for 4 tokens
+  CHECK_THROWS_WITH(rt.forward(*layer, a), Catch::Contains("workspace"));
+  a = args_for(d, 4);
+  a.x = 0;
+  CHECK_THROWS_WITH(rt.forward(*layer, a), Catch::Contains("x is null"));
+  a = args_for(d, 4);
+  a.out += 2;
+  CHECK_THROWS_WITH(rt.forward(*layer, a), Catch::Contains("out must be 16-byte aligned"));
+  a = args_for(d, 4);
+  a.tokens = -1;
+  CHECK_THROWS_WITH(rt.forward(*layer, a), Catch::Contains("tokens"));
+  CHECK_THROWS_AS(rt.workspace_size(*layer, 0), Error);
+}
