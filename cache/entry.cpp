@@ -75,8 +75,10 @@ std::string manifest_problem(const json& m, const std::string& expected_hash, co
   if (!expected_arch.empty() && arch->get<std::string>() != expected_arch)
     return fmt::format("manifest arch {} is not the directory's architecture {}", arch->get<std::string>(),
                        expected_arch);
+  if (inputs->value("arch", json()) != *arch) return "manifest arch differs from its hash inputs";
   auto entry = m.find("entry");
   if (entry == m.end() || !entry->is_string()) return "manifest.json has no entry name";
+  if (inputs->value("entry", json()) != *entry) return "manifest entry differs from its hash inputs";
   auto cubin = m.find("cubin");
   if (cubin == m.end() || !cubin->is_object() || !cubin->contains("size") || !(*cubin)["size"].is_number_unsigned() ||
       !cubin->contains("sha256") || !(*cubin)["sha256"].is_string())

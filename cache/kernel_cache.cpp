@@ -53,14 +53,16 @@ bool env_flag(const char* name) {
 
 // Prints `message` once per process for `topic`: a server that cannot write its cache says so once,
 // not once per kernel (nor once per KernelCache instance).
+// A quiet instance does not use up the warning a later, non-quiet one owes its user.
 void warn_once(const std::string& topic, const std::string& message, bool quiet) {
   static std::mutex mu;
   static std::set<std::string> seen;
+  if (quiet) return;
   {
     std::lock_guard lock(mu);
     if (!seen.insert(topic).second) return;
   }
-  if (!quiet) std::fprintf(stderr, "moejit: warning: %s\n", message.c_str());
+  std::fprintf(stderr, "moejit: warning: %s\n", message.c_str());
 }
 
 void warn(const std::string& message, bool quiet) {
@@ -206,7 +208,7 @@ struct KernelCache::State {
           case EntryStatus::ok: {
             auto ck = std::make_shared<CachedKernel>();
             ck->key = k;
-            ck->entry = r.manifest.value("entry", src.entry);
+            ck->entry = src.entry;  // the verified hash covers it; top-level manifest fields are informational
             ck->hash = hash;
             ck->cubin = std::move(r.cubin);
             ck->manifest = std::move(r.manifest);

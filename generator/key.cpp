@@ -90,8 +90,6 @@ KernelKey KernelKey::parse(std::string_view s) {
 
 KernelKey KernelKey::normalized() const {
   KernelKey k = *this;
-  if (k.experts <= 0) throw Error(fmt::format("kernel key {}: experts must be positive", str()));
-  if (k.warps < 1 || k.warps > 32) throw Error(fmt::format("kernel key {}: warps must be in [1, 32]", str()));
   if (k.kind == KernelKind::prepare) {
     // One generic repack module per architecture: geometry is passed at run time.
     KernelKey r;
@@ -103,6 +101,8 @@ KernelKey KernelKey::normalized() const {
     r.intermediate = 0;
     return r;
   }
+  if (k.experts <= 0) throw Error(fmt::format("kernel key {}: experts must be positive", str()));
+  if (k.warps < 1 || k.warps > 32) throw Error(fmt::format("kernel key {}: warps must be in [1, 32]", str()));
   if (k.kind == KernelKind::route) {
     // Routing depends only on the expert count and its block size.
     KernelKey r;

@@ -37,27 +37,7 @@ float e2m1_to_float(uint8_t nibble) {
   return (nibble & 0x8) ? -mag : mag;
 }
 
-uint8_t double_to_e2m1(double v) {
-  // NaN has no code; the header documents that it becomes the largest magnitude with its sign.
-  const uint8_t sign = std::signbit(v) ? 0x8 : 0x0;
-  if (std::isnan(v)) return sign | 0x7;
-  const double a = std::fabs(v);
-  // Midpoints between neighbouring magnitudes, each tie going to the even code (mantissa bit 0):
-  //   0.25 -> 0 (code 0), 0.75 -> 1 (code 2), 1.25 -> 1 (code 2), 1.75 -> 2 (code 4),
-  //   2.5  -> 2 (code 4), 3.5  -> 4 (code 6), 5    -> 4 (code 6); above 5 everything saturates to 6.
-  uint8_t code;
-  if (a <= 0.25) code = 0;
-  else if (a < 0.75) code = 1;
-  else if (a <= 1.25) code = 2;
-  else if (a < 1.75) code = 3;
-  else if (a <= 2.5) code = 4;
-  else if (a < 3.5) code = 5;
-  else if (a <= 5.0) code = 6;
-  else code = 7;
-  // The sign is kept even when the magnitude rounds to 0: -0 (0x8) is a valid code and decodes to -0.0.
-  return sign | code;
-}
-
+// double_to_e2m1 is inline in codecs.hpp (the quantizers' inner loop).
 uint8_t float_to_e2m1(float v) { return double_to_e2m1(static_cast<double>(v)); }
 
 // ---------------------------------------------------------------- e4m3fn (FP8)

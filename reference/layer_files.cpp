@@ -117,19 +117,14 @@ HostLayer read_layer_file(const std::string& path) {
   if (auto* s = find_meta(f, "swiglu_beta")) spec.swiglu_beta = parse_float(what, "swiglu_beta", *s);
   if (auto* s = find_meta(f, "swiglu_limit")) spec.limit = parse_float(what, "swiglu_limit", *s);
 
-  const bool gated = is_gated(spec.activation);
-  const std::string fc1 = gated ? "w13" : "w1";
-  const bool has_fc1_bias = f.tensors.count(fc1 + "_bias") > 0, has_fc2_bias = f.tensors.count("w2_bias") > 0;
-  if (has_fc1_bias != has_fc2_bias)
-    throw Error(what + ": tensor '" + (has_fc1_bias ? std::string("w2_bias") : fc1 + "_bias") +
-                "' is missing (biases come in pairs)");
-  spec.has_bias = has_fc1_bias;
   with_context(what, [&] { spec.validate(); });
 
-  // Every tensor name this layer may hold; anything else in the file is an error.
-  std::set<std::string> allowed = {fc1, fc1 + "_scale", "w2", "w2_scale"};
+  // Every tensor name this kind of layer may hold; anything else in the file is an error (reported
+  // before anything else about tensors: a w13 in a relu2 file says more than "w1 is missing").
+  const bool gated = is_gated(spec.activation);
+  const std::string fc1 = gated ? "w13" : "w1";
+  std::set<std::string> allowed = {fc1, fc1 + "_scale", "w2", "w2_scale", fc1 + "_bias", "w2_bias"};
   if (spec.format == ScaleFormat::nvfp4) allowed.insert({fc1 + "_global_scale", "w2_global_scale"});
-  if (spec.has_bias) allowed.insert({fc1 + "_bias", "w2_bias"});
   for (const auto& [name, t] : f.tensors) {
     if (allowed.count(name)) continue;
     std::string why = "it does not belong to a " + std::string(to_string(spec.format)) + " " +
@@ -137,6 +132,13 @@ HostLayer read_layer_file(const std::string& path) {
     for (const auto& a : allowed) why += " " + a;
     throw Error(what + ": unexpected tensor '" + name + "': " + why + ")");
   }
+
+  // Biases are optional but come in pairs; their presence is the layer's has_bias.
+  const bool has_fc1_bias = f.tensors.count(fc1 + "_bias") > 0, has_fc2_bias = f.tensors.count("w2_bias") > 0;
+  if (has_fc1_bias != has_fc2_bias)
+    throw Error(what + ": tensor '" + (has_fc1_bias ? std::string("w2_bias") : fc1 + "_bias") +
+                "' is missing (biases come in pairs)");
+  spec.has_bias = has_fc1_bias;
 
   const int64_t E = spec.experts, H = spec.hidden, I = spec.intermediate, rows = spec.fc1_rows();
   const int64_t block = scale_block(spec.format);

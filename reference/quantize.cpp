@@ -43,17 +43,23 @@ void check_finite(const float* w, int64_t rows, int64_t cols, const char* tensor
                   std::to_string(i / cols) + ", column " + std::to_string(i % cols));
 }
 
-// Encodes one block with element scale `denom` (> 0), or as signed zeros when denom == 0.
-// Returns the largest magnitude index (0..7) written.
+// Encodes one block (n even, `first` even) as e2m1(w / denom), or as signed zeros when denom == 0.
+// Returns the largest magnitude index (0..7) written. The division is a true division, not a multiply
+// by 1/denom: for NVFP4 scales the reciprocal is inexact and could move a value off an exact midpoint.
 int encode_block(const float* w, int n, double denom, uint8_t* q, int64_t first) {
   int max_mag = 0;
-  for (int j = 0; j < n; ++j) {
-    const uint8_t code = denom > 0 ? double_to_e2m1(static_cast<double>(w[j]) / denom)
-                                   : static_cast<uint8_t>(std::signbit(w[j]) ? 0x8 : 0x0);
-    max_mag = std::max(max_mag, code & 0x7);
-    const int64_t idx = first + j;
-    uint8_t& byte = q[idx >> 1];
-    byte = (idx & 1) ? static_cast<uint8_t>((byte & 0x0F) | (code << 4)) : static_cast<uint8_t>((byte & 0xF0) | code);
+  uint8_t* out = q + (first >> 1);
+  for (int j = 0; j < n; j += 2) {
+    uint8_t lo, hi;
+    if (denom > 0) {
+      lo = double_to_e2m1(static_cast<double>(w[j]) / denom);
+      hi = double_to_e2m1(static_cast<double>(w[j + 1]) / denom);
+    } else {
+      lo = std::signbit(w[j]) ? 0x8 : 0x0;
+      hi = std::signbit(w[j + 1]) ? 0x8 : 0x0;
+    }
+    max_mag = std::max(max_mag, std::max(lo & 0x7, hi & 0x7));
+    out[j >> 1] = static_cast<uint8_t>(lo | (hi << 4));
   }
   return max_mag;
 }

@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "golden_dir.hpp"
 #include "gpu_support.hpp"
 #include "moejit/error.hpp"
 #include "moejit/safetensors.hpp"
@@ -70,7 +71,7 @@ TEST_CASE("decode family matches the golden layers", "[gpu][golden]") {
   for (const char* name : {"nvfp4_silu", "mxfp4_swigluoai_bias_ep", "nvfp4_relu2", "mxfp4_gelu_interleaved",
                            "nvfp4_silu_limit_upgate"}) {
     INFO(name);
-    const std::string dir = std::string(MOEJIT_GOLDEN_DIR) + "/" + name;
+    const std::string dir = golden_dir() + "/" + name;
     HostLayer host = read_layer_file(dir + "/layer.safetensors");
     HostInputs in = read_input_file(dir + "/input.safetensors");
     SafetensorsFile expected = read_safetensors(dir + "/expected.safetensors");

@@ -1,0 +1,307 @@
+// `moejit bench`: forward timed inside CUDA graphs with a cold L2, next to the device copy bandwidth
+// measured in the same run.
+//
+// Method, per token count M:
+//   1. random inputs (make_random_inputs, ids uniform over the local experts); one eager forward;
+//   2. the forward is captured into a CUDA graph and instantiated; one replay is checked to equal the
+//      eager output bit for bit;
+//   3. `replays` timed replays: before each, a cuMemsetD8Async over a scratch buffer of 2x the L2 size
+//      evicts the weights from L2 (outside the timed event pair); the time is cuEventElapsedTime around
+//      cuGraphLaunch; the median is reported (and the minimum in --json).
+// Bytes: distinct local experts in topk_ids x the prepared FP4 + scale bytes of one expert (FC1 and
+// FC2 planes of runtime/prepared_layout.hpp, including their padding; biases and activations not
+// counted). Copy bandwidth: cuMemcpyDtoDAsync of a 1 GiB buffer, (bytes read + bytes written) / time,
+// median of 10.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "moejit/error.hpp"
+#include "moejit/runtime.hpp"
+#include "runtime/driver_api.hpp"
+#include "runtime/prepared_layout.hpp"
+#include "tools/cli_common.hpp"
+
+namespace moejit::cli {
+
+using detail::check;
+using detail::driver;
+
+namespace {
+
+double median(std::vector<float> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (static_cast<double>(v[n / 2 - 1]) + v[n / 2]);
+}
+
+// RAII for the driver objects the benchmark creates.
+struct Stream {
+  CUstream s = nullptr;
+  Stream() { check(driver().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate"); }
+  ~Stream() {
+    if (s) driver().cuStreamDestroy(s);
+  }
+};
+struct Event {
+  CUevent e = nullptr;
+  Event() { check(driver().cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate"); }
+  ~Event() {
+    if (e) driver().cuEventDestroy(e);
+  }
+};
+struct Graph {
+  CUgraph g = nullptr;
+  CUgraphExec exec = nullptr;
+  ~Graph() {
+    if (exec) driver().cuGraphExecDestroy(exec);
+    if (g) driver().cuGraphDestroy(g);
+  }
+};
+
+double copy_bandwidth(CUstream s, size_t bytes) {
+  DeviceBuffer src(bytes), dst(bytes);
+  check(driver().cuMemsetD8Async(src.ptr(), 1, bytes, s), "cuMemsetD8Async");
+  Event a, b;
+  std::vector<float> ms;
+  for (int i = 0; i < 11; ++i) {
+    check(driver().cuEventRecord(a.e, s), "cuEventRecord");
+    check(driver().cuMemcpyDtoDAsync(dst.ptr(), src.ptr(), bytes, s), "cuMemcpyDtoDAsync");
+    check(driver().cuEventRecord(b.e, s), "cuEventRecord");
+    check(driver().cuEventSynchronize(b.e), "cuEventSynchronize");
+    float t = 0;
+    check(driver().cuEventElapsedTime(&t, a.e, b.e), "cuEventElapsedTime");
+    if (i > 0) ms.push_back(t);  // the first copy warms up
+  }
+  return 2.0 * static_cast<double>(bytes) / (median(ms) * 1e-3);
+}
+
+}  // namespace
+
+BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string& config_name,
+                      const std::vector<int>& tokens, int replays, uint64_t seed) {
+  const LayerSpec& spec = layer.spec();
+  BenchReport rep;
+  rep.device = rt.device_name();
+  rep.config = config_name;
+  rep.arch = std::string(to_string(rt.arch()));
+  rep.replays = replays;
+  if (tokens.empty()) return rep;
+  const int max_m = *std::max_element(tokens.begin(), tokens.end());
+
+  CUdevice dev = 0;
+  check(driver().cuDeviceGet(&dev, rt.device()), "cuDeviceGet");
+  int l2 = 0;
+  check(driver().cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev), "cuDeviceGetAttribute(L2)");
+  rep.l2_bytes = l2;
+  Stream stream;
+  const CUstream s = stream.s;
+
+  // Ceiling measured in this run: device copy bandwidth (1 GiB, or less when memory is short).
+  size_t free_b = 0, total_b = 0;
+  check(driver().cuMemGetInfo(&free_b, &total_b), "cuMemGetInfo");
+  size_t copy_bytes = size_t{1} << 30;
+  while (copy_bytes > (size_t{64} << 20) && 2 * copy_bytes + (size_t{256} << 20) > free_b) copy_bytes /= 2;
+  rep.copy_tbps = copy_bandwidth(s, copy_bytes) / 1e12;
+
+  const size_t scratch_bytes = std::max<size_t>(2 * static_cast<size_t>(l2), size_t{8} << 20);
+  DeviceBuffer scratch(scratch_bytes);
+  const size_t H = static_cast<size_t>(spec.hidden), K = static_cast<size_t>(spec.top_k);
+  DeviceBuffer x(static_cast<size_t>(max_m) * H * 2), ids(static_cast<size_t>(max_m) * K * 4),
+      wts(static_cast<size_t>(max_m) * K * 4), out(static_cast<size_t>(max_m) * H * 2);
+  const size_t ws_bytes = rt.workspace_size(layer, max_m);
+  DeviceBuffer ws(ws_bytes);
+  rt.prewarm(layer, max_m);  // module loads (and compiles, if anything is missing) outside capture
+
+  const auto g1 = detail::fc1_geometry(spec), g2 = detail::fc2_geometry(spec);
+  const double per_expert =
+      static_cast<double>(g1.weight_bytes() + g1.scale_bytes() + g2.weight_bytes() + g2.scale_bytes()) / spec.experts;
+  const double macs_per_pair =
+      static_cast<double>(spec.fc1_rows()) * spec.hidden + static_cast<double>(spec.hidden) * spec.intermediate;
+
+  Event start, stop;
+  for (int m : tokens) {
+    const HostInputs in = make_random_inputs(spec, m, seed + static_cast<uint64_t>(m));
+    x.upload(in.x.data(), in.x.size() * 2);
+    ids.upload(in.topk_ids.data(), in.topk_ids.size() * 4);
+    wts.upload(in.topk_weights.data(), in.topk_weights.size() * 4);
+    ForwardArgs a;
+    a.x = x.ptr();
+    a.topk_ids = ids.ptr();
+    a.topk_weights = wts.ptr();
+    a.out = out.ptr();
+    a.tokens = m;
+    a.workspace = ws.ptr();
+    a.workspace_bytes = ws_bytes;
+    a.stream = s;
+    const size_t out_bytes = static_cast<size_t>(m) * H * 2;
+
+    rt.forward(layer, a);
+    check(driver().cuStreamSynchronize(s), "cuStreamSynchronize(eager forward)");
+    std::vector<uint8_t> eager(out_bytes), replayed(out_bytes);
+    out.download(eager.data(), out_bytes);
+
+    Graph graph;
+    check(driver().cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
+    try {
+      rt.forward(layer, a);
+    } catch (...) {
+      CUgraph broken = nullptr;
+      driver().cuStreamEndCapture(s, &broken);
+      if (broken) driver().cuGraphDestroy(broken);
+      throw;
+    }
+    check(driver().cuStreamEndCapture(s, &graph.g), "cuStreamEndCapture");
+    check(driver().cuGraphInstantiateWithFlags(&graph.exec, graph.g, 0), "cuGraphInstantiateWithFlags");
+
+    check(driver().cuMemsetD8Async(out.ptr(), 0xFF, out_bytes, s), "cuMemsetD8Async(poison out)");
+    check(driver().cuGraphLaunch(graph.exec, s), "cuGraphLaunch");
+    check(driver().cuStreamSynchronize(s), "cuStreamSynchronize(graph replay)");
+    out.download(replayed.data(), out_bytes);
+
+    std::vector<float> ms;
+    ms.reserve(static_cast<size_t>(replays));
+    for (int r = 0; r < replays; ++r) {
+      check(driver().cuMemsetD8Async(scratch.ptr(), static_cast<unsigned char>(r), scratch_bytes, s),
+            "cuMemsetD8Async(L2 flush)");
+      check(driver().cuEventRecord(start.e, s), "cuEventRecord");
+      check(driver().cuGraphLaunch(graph.exec, s), "cuGraphLaunch");
+      check(driver().cuEventRecord(stop.e, s), "cuEventRecord");
+      check(driver().cuEventSynchronize(stop.e), "cuEventSynchronize");
+      float t = 0;
+      check(driver().cuEventElapsedTime(&t, start.e, stop.e), "cuEventElapsedTime");
+      ms.push_back(t);
+    }
+
+    std::set<int> touched;
+    int64_t pairs = 0;
+    for (int32_t id : in.topk_ids) {
+      const int e = id - spec.expert_begin;
+      if (e >= 0 && e < spec.experts) {
+        touched.insert(e);
+        ++pairs;
+      }
+    }
+    BenchRow row;
+    row.tokens = m;
+    row.us = median(ms) * 1e3;
+    row.us_min = *std::min_element(ms.begin(), ms.end()) * 1e3;
+    row.experts_touched = static_cast<int>(touched.size());
+    row.weight_bytes = per_expert * row.experts_touched;
+    row.tbps = row.weight_bytes / (row.us * 1e-6) / 1e12;
+    row.copy_fraction = rep.copy_tbps > 0 ? row.tbps / rep.copy_tbps : 0;
+    row.tflops = 2.0 * macs_per_pair * static_cast<double>(pairs) / (row.us * 1e-6) / 1e12;
+    row.graph_matches_eager = eager == replayed;
+    rep.rows.push_back(row);
+  }
+  return rep;
+}
+
+void print_bench_table(const BenchReport& r) {
+  fmt::print("bench {} on {} ({}): copy bandwidth {:.2f} TB/s (1 GiB device copy, read+write), L2 {} flushed before "
+             "each of {} graph replays (median)\n",
+             r.config, r.device, r.arch, r.copy_tbps, human_bytes(r.l2_bytes), r.replays);
+  fmt::print("{:>5} {:>10} {:>8} {:>12} {:>8} {:>8} {:>8}\n", "M", "time (us)", "experts", "weights", "TB/s",
+             "of copy", "TFLOP/s");
+  bool mismatch = false;
+  for (const auto& row : r.rows) {
+    fmt::print("{:>5} {:>10.1f} {:>8} {:>12} {:>8.2f} {:>7.0f}% {:>8.2f}{}\n", row.tokens, row.us, row.experts_touched,
+               human_bytes(row.weight_bytes), row.tbps, 100.0 * row.copy_fraction, row.tflops,
+               row.graph_matches_eager ? "" : "  graph != eager!");
+    mismatch = mismatch || !row.graph_matches_eager;
+  }
+  if (mismatch) fmt::print("warning: a graph replay differed from the eager forward (outputs must be deterministic)\n");
+  std::fflush(stdout);
+}
+
+void write_bench_json(const BenchReport& r, const std::string& path) {
+  nlohmann::json j;
+  j["device"] = r.device;
+  j["config"] = r.config;
+  j["arch"] = r.arch;
+  j["replays"] = r.replays;
+  j["l2_bytes"] = r.l2_bytes;
+  j["copy_tbps"] = r.copy_tbps;
+  j["rows"] = nlohmann::json::array();
+  for (const auto& row : r.rows)
+    j["rows"].push_back({{"tokens", row.tokens},
+                         {"us_median", row.us},
+                         {"us_min", row.us_min},
+                         {"experts_touched", row.experts_touched},
+                         {"weight_bytes", row.weight_bytes},
+                         {"tbps", row.tbps},
+                         {"copy_fraction", row.copy_fraction},
+                         {"tflops", row.tflops},
+                         {"graph_matches_eager", row.graph_matches_eager}});
+  std::ofstream f(path);
+  if (!f) throw Error(fmt::format("--json {}: cannot open the file for writing", path));
+  f << j.dump(2) << "\n";
+  if (!f) throw Error(fmt::format("--json {}: write failed", path));
+}
+
+int cmd_bench(int argc, char** argv) {
+  static const CommandSpec spec{
+      "bench",
+      "--config NAME|PATH [--tokens LIST] [--replays N] [--json PATH] [--seed N] [--jobs N]",
+      "time layers in CUDA graphs",
+      "Times forward for each M inside a CUDA graph with a cold L2 (a scratch buffer of 2x the L2 size is written\n"
+      "before every replay, outside the timed events) and prints the median next to the device copy bandwidth\n"
+      "measured in the same run: M, time, distinct experts touched, weight bytes read (distinct experts x\n"
+      "prepared FP4 + scale bytes per expert), achieved TB/s, fraction of copy bandwidth and useful TFLOP/s.\n"
+      "The layer is random (FP4 codes uniform random bytes, valid block scales; see docs) and the inputs are\n"
+      "random with ids uniform over the local experts. Missing kernels are compiled first by parallel prewarm.\n"
+      "Needs a GPU.",
+      {{"config", "NAME|PATH", "bundled config name or JSON file (default: " + default_config_name() + ")"},
+       {"tokens", "LIST", "token counts M (default 1,2,4,8,16,32,64)"},
+       {"replays", "N", "timed graph replays per M (default 100)"},
+       {"json", "PATH", "also write the rows as JSON"},
+       {"seed", "N", "random seed (default 1)"},
+       {"jobs", "N", "prewarm worker processes (default: number of CPUs)"}},
+      {}};
+  Args args(spec, argc, argv, 2);
+  if (args.help()) {
+    std::fputs(help_text(spec).c_str(), stdout);
+    return kExitOk;
+  }
+  const ModelConfig cfg = config_from_args(args);
+  const std::vector<int> tokens = args.int_list("tokens", {1, 2, 4, 8, 16, 32, 64}, 1, kDecodeMaxTokens);
+  const int replays = args.integer("replays", 100, 1, 1000000);
+  const int seed = args.integer("seed", 1, 0);
+  const int jobs = args.integer("jobs", static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), 1, 1024);
+  std::string why;
+  if (!gpu_available(&why))
+    throw Error(fmt::format("no usable GPU ({}); bench times kernels and needs a CUDA device", why));
+  const LayerSpec local = cfg.local();
+  const int max_m = *std::max_element(tokens.begin(), tokens.end());
+  Arch arch;
+  int sms;
+  {
+    Runtime probe;
+    arch = probe.arch();
+    sms = probe.sm_count();
+  }
+  const PrewarmSummary pw = parallel_prewarm(prewarm_keys(local, arch, max_m, sms), jobs);
+  print_prewarm_summary(pw, fmt::format("{} {}", cfg.name, to_string(arch)));
+  if (pw.failed) return kExitFailed;
+
+  Runtime rt;
+  std::shared_ptr<PreparedLayer> prepared;
+  {
+    const HostLayer layer = make_fast_random_layer(local, static_cast<uint64_t>(seed));
+    prepared = rt.prepare(layer);
+  }
+  const BenchReport rep = run_bench(rt, *prepared, cfg.name, tokens, replays, static_cast<uint64_t>(seed));
+  print_bench_table(rep);
+  if (args.has("json")) write_bench_json(rep, args.str("json"));
+  return kExitOk;
+}
+
+}  // namespace moejit::cli

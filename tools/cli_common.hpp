@@ -1,0 +1,186 @@
+#pragma once
+// Shared pieces of the `moejit` command-line tool: argument parsing, config/arch resolution, the
+// parallel prewarm, plan printing, the fast random layer used by bench/demo, and the benchmark.
+//
+// Exit status of every subcommand: 0 success; 1 the work ran but its result is bad (a --check
+// outside tolerance, a kernel that failed to compile, a damaged cache entry); 2 an error (bad
+// arguments, unknown config, no GPU where one is needed, unreadable files).
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "moejit/host_layer.hpp"
+#include "moejit/key.hpp"
+#include "moejit/model_config.hpp"
+#include "moejit/planner.hpp"
+#include "moejit/types.hpp"
+
+namespace moejit {
+class Runtime;
+class KernelCache;
+class PreparedLayer;
+}  // namespace moejit
+
+namespace moejit::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailed = 1;
+inline constexpr int kExitError = 2;
+
+// An error in how the command was called (exit 2). The message names the argument.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// ---- argument parsing ---------------------------------------------------------------------------
+
+struct OptionSpec {
+  std::string name;        // without leading dashes, e.g. "max-tokens"
+  std::string metavar;     // empty: a flag without a value
+  std::string help;        // one line; include the default
+};
+
+struct CommandSpec {
+  std::string name;                     // e.g. "prewarm"
+  std::string synopsis;                 // e.g. "--config NAME|PATH [--arch ARCH] ..."
+  std::string summary;                  // one line for `moejit --help`
+  std::string description;              // paragraphs printed by --help
+  std::vector<OptionSpec> options;
+  std::vector<std::string> positionals; // names of required positional arguments
+  int max_positionals = -1;             // -1: exactly positionals.size()
+};
+
+std::string help_text(const CommandSpec& spec);
+
+class Args {
+ public:
+  // Parses argv[first..argc). --help/-h sets help() (other problems are then ignored). Throws
+  // UsageError for unknown options, missing values and wrong positional counts.
+  Args(const CommandSpec& spec, int argc, char** argv, int first);
+
+  bool help() const { return help_; }
+  bool has(const std::string& name) const;
+  std::string str(const std::string& name, const std::string& fallback = {}) const;
+  int integer(const std::string& name, int fallback, int min_value = 1, int max_value = 1 << 30) const;
+  // Comma-separated integers ("1,2,4") or ranges ("1-8,16"); each within [min_value, max_value].
+  std::vector<int> int_list(const std::string& name, const std::vector<int>& fallback, int min_value = 1,
+                            int max_value = 1 << 30) const;
+  const std::vector<std::string>& positionals() const { return positionals_; }
+  const CommandSpec& spec() const { return spec_; }
+
+ private:
+  const CommandSpec& spec_;
+  bool help_ = false;
+  std::vector<std::pair<std::string, std::string>> values_;  // last one wins
+  std::vector<std::string> positionals_;
+};
+
+// ---- resolution helpers -------------------------------------------------------------------------
+
+// Loads --config (default: the bundled default config) as a UsageError on failure.
+ModelConfig config_from_args(const Args& args, const std::string& option = "config");
+// The architecture named by --arch; without it the GPU's (a UsageError naming --arch when there is
+// none and fallback is empty, else *fallback with a note in *why_fallback).
+Arch arch_from_args(const Args& args, std::optional<Arch> fallback = std::nullopt, std::string* note = nullptr);
+// --sm-count, else the GPU's SM count when a GPU is present, else 132 (H200).
+int sm_count_from_args(const Args& args);
+std::string describe_spec(const LayerSpec& spec);
+// "1.23 MB" style sizes.
+std::string human_bytes(double bytes);
+
+// ---- prewarm ------------------------------------------------------------------------------------
+
+struct PrewarmSummary {
+  int total = 0;
+  int compiled = 0;
+  int cached = 0;
+  int failed = 0;
+  int workers = 0;
+  double seconds = 0;
+  bool degraded = false;  // the cache could not be written: nothing was persisted
+  std::vector<std::string> failures;  // "<key>: <first line of the error>"
+};
+
+// Every key a layer needs for 1..max_tokens on arch (keys_for_range plus the architecture's prepare
+// kernel, which Runtime::prepare launches).
+std::vector<KernelKey> prewarm_keys(const LayerSpec& spec, Arch arch, int max_tokens, int sm_count);
+// Compiles keys into the on-disk cache in `jobs` forked worker processes (NVRTC serializes compiles
+// inside one process, so processes are what scales). Keys are handed out one at a time, so a slow
+// kernel never stalls a worker's share. Draws a progress line on stderr. Must be called before this
+// process starts other threads.
+PrewarmSummary parallel_prewarm(const std::vector<KernelKey>& keys, int jobs, bool progress = true);
+void print_prewarm_summary(const PrewarmSummary& s, const std::string& what);
+
+// ---- plan ---------------------------------------------------------------------------------------
+
+// Prints M -> family and kernels, with consecutive M of identical plans merged into ranges.
+void print_plan_table(const LayerSpec& spec, Arch arch, int sm_count, const std::vector<int>& tokens,
+                      Family force = Family::automatic);
+
+// ---- cache --------------------------------------------------------------------------------------
+
+// One line per architecture (entries, bytes) and the cache root.
+void print_cache_summary(KernelCache& cache);
+
+// ---- layers and benchmark -----------------------------------------------------------------------
+
+// A random layer for timing and demos, generated quickly: FP4 codes are uniform random bytes
+// (xorshift64*; every byte is two valid e2m1 codes), block scales are valid e4m3/e8m0 codes around
+// 1/(rms(e2m1)·sqrt(K)) with a random ±1 binade, NVFP4 global scales are fixed per expert and biases
+// are uniform in [-0.1, 0.1]. Outputs of FC1 and FC2 are O(1), like a trained layer's. The data is a
+// valid layer of the spec (the CPU reference handles it like any other); only its distribution
+// differs from make_random_layer's (normal weights, quantized), which takes minutes at gpt-oss size.
+HostLayer make_fast_random_layer(const LayerSpec& spec, uint64_t seed);
+
+struct BenchRow {
+  int tokens = 0;
+  double us = 0;                  // median graph replay, cold L2
+  double us_min = 0;
+  int experts_touched = 0;        // distinct local experts in topk_ids
+  double weight_bytes = 0;        // experts_touched x per-expert FP4 + scale bytes
+  double tbps = 0;                // weight_bytes / time
+  double copy_fraction = 0;       // tbps / measured device copy bandwidth
+  double tflops = 0;              // useful FLOPs (2 per MAC over routed pairs) / time
+  bool graph_matches_eager = true;
+};
+
+struct BenchReport {
+  std::string device;
+  std::string config;
+  std::string arch;
+  int replays = 0;
+  double l2_bytes = 0;
+  double copy_tbps = 0;  // device copy bandwidth: (read + write bytes) / time of a 1 GiB copy
+  std::vector<BenchRow> rows;
+};
+
+// Times runtime.forward inside a CUDA graph for every M of tokens (cold L2 before each replay).
+BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string& config_name,
+                      const std::vector<int>& tokens, int replays, uint64_t seed);
+void print_bench_table(const BenchReport& r);
+void write_bench_json(const BenchReport& r, const std::string& path);
+
+// Uploads inputs, runs one forward on the default stream and returns out (bf16 bits, [M, H]).
+std::vector<uint16_t> forward_once(Runtime& rt, const PreparedLayer& layer, const HostInputs& in,
+                                   Family force = Family::automatic);
+
+// `run --check` and `demo` accept a GPU result when rel_l2 <= kCheckRelL2 and no value is non-finite.
+inline constexpr double kCheckRelL2 = 1e-2;
+
+// ---- commands -----------------------------------------------------------------------------------
+
+int cmd_prewarm(int argc, char** argv);
+int cmd_inspect(int argc, char** argv);
+int cmd_cache(int argc, char** argv);
+int cmd_plan(int argc, char** argv);
+int cmd_run(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
+int cmd_demo(int argc, char** argv);
+
+// "moejit <name>" for messages.
+std::string prog(const std::string& command);
+
+}  // namespace moejit::cli

@@ -1,0 +1,188 @@
+// `moejit inspect KEY`: the generated source, PTX, SASS or resource usage of one kernel.
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "moejit/compiler.hpp"
+#include "moejit/error.hpp"
+#include "moejit/generator.hpp"
+#include "moejit/kernel_cache.hpp"
+#include "tools/cli_common.hpp"
+
+namespace moejit::cli {
+
+namespace {
+
+bool executable(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
+}
+
+// First of `names` found in PATH, then in $CUDA_HOME/bin, $CUDA_PATH/bin and /usr/local/cuda/bin.
+std::string find_tool(const std::vector<std::string>& names, std::vector<std::string>* searched) {
+  std::vector<std::string> dirs;
+  if (const char* path = std::getenv("PATH")) {
+    std::stringstream ss(path);
+    std::string d;
+    while (std::getline(ss, d, ':'))
+      if (!d.empty()) dirs.push_back(d);
+  }
+  for (const char* env : {"CUDA_HOME", "CUDA_PATH"})
+    if (const char* v = std::getenv(env); v && *v) dirs.push_back(std::string(v) + "/bin");
+  dirs.push_back("/usr/local/cuda/bin");
+  for (const auto& n : names)
+    for (const auto& d : dirs) {
+      const std::string p = d + "/" + n;
+      if (executable(p)) return p;
+    }
+  if (searched) *searched = dirs;
+  return {};
+}
+
+int run_tool(const std::vector<std::string>& argv) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = ::fork();
+  if (pid < 0) throw Error(fmt::format("fork failed: {}", std::strerror(errno)));
+  if (pid == 0) {
+    std::vector<char*> a;
+    for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+    a.push_back(nullptr);
+    ::execv(a[0], a.data());
+    std::fprintf(stderr, "moejit inspect: cannot execute %s: %s\n", a[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int emit_sass(const CachedKernel& k) {
+  const std::string tool = find_tool({"cuobjdump", "nvdisasm"}, nullptr);
+  if (tool.empty())
+    throw Error(
+        "--emit sass needs cuobjdump or nvdisasm from the CUDA toolkit, and neither was found in PATH, "
+        "$CUDA_HOME/bin, $CUDA_PATH/bin or /usr/local/cuda/bin (install them or set CUDA_HOME); "
+        "--emit ptx and --emit resources work without them");
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::string path = fmt::format("{}/moejit-inspect-XXXXXX.cubin", tmpdir && *tmpdir ? tmpdir : "/tmp");
+  std::vector<char> tmpl(path.begin(), path.end());
+  tmpl.push_back('\0');
+  int fd = ::mkstemps(tmpl.data(), 6);
+  if (fd < 0) throw Error(fmt::format("cannot create a temporary file {}: {}", path, std::strerror(errno)));
+  path = tmpl.data();
+  size_t off = 0;
+  while (off < k.cubin.size()) {
+    ssize_t n = ::write(fd, k.cubin.data() + off, k.cubin.size() - off);
+    if (n <= 0) {
+      ::close(fd);
+      ::unlink(path.c_str());
+      throw Error(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+    }
+    off += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  const bool is_cuobjdump = tool.size() >= 9 && tool.compare(tool.size() - 9, 9, "cuobjdump") == 0;
+  std::vector<std::string> cmd = is_cuobjdump ? std::vector<std::string>{tool, "--dump-sass", path}
+                                              : std::vector<std::string>{tool, "--print-code", path};
+  const int rc = run_tool(cmd);
+  ::unlink(path.c_str());
+  if (rc != 0) throw Error(fmt::format("{} exited with status {}", tool, rc));
+  return kExitOk;
+}
+
+void emit_resources(const CachedKernel& k) {
+  const auto& m = k.manifest;
+  auto get_int = [&](const char* group, const char* field) -> std::string {
+    if (!m.contains(group) || !m[group].contains(field) || !m[group][field].is_number_integer()) return "unknown";
+    const auto v = m[group][field].get<long long>();
+    return v < 0 ? std::string("unknown") : std::to_string(v);
+  };
+  fmt::print("key          {}\n", k.key.str());
+  fmt::print("entry        {}\n", k.entry);
+  fmt::print("hash         {}\n", k.hash);
+  fmt::print("registers    {}\n", get_int("resources", "registers"));
+  fmt::print("shared       {} bytes (static)\n", get_int("resources", "shared_bytes"));
+  fmt::print("spills       {} bytes (stores + loads)\n", get_int("resources", "spill_bytes"));
+  fmt::print("cubin        {} bytes\n", k.cubin.size());
+  if (m.contains("compile_seconds") && m["compile_seconds"].is_number())
+    fmt::print("compile      {:.2f} s{}\n", m["compile_seconds"].get<double>(), k.from_disk ? " (read from the cache)" : "");
+  if (m.contains("nvrtc_build") && m["nvrtc_build"].is_string()) fmt::print("nvrtc        {}\n", m["nvrtc_build"].get<std::string>());
+  // Per-function ptxas lines (a key may hold several entry points, e.g. the repack kernels).
+  if (m.contains("compile_log") && m["compile_log"].is_string()) {
+    std::stringstream ss(m["compile_log"].get<std::string>());
+    std::string line;
+    bool header = false;
+    while (std::getline(ss, line)) {
+      if (line.find("ptxas info") == std::string::npos && line.find("bytes stack frame") == std::string::npos) continue;
+      if (!header) fmt::print("ptxas:\n");
+      header = true;
+      fmt::print("  {}\n", line);
+    }
+  }
+}
+
+}  // namespace
+
+int cmd_inspect(int argc, char** argv) {
+  static const CommandSpec spec{
+      "inspect",
+      "KEY [--emit source|ptx|sass|resources] [--arch ARCH]",
+      "show one kernel",
+      "Emits the generated CUDA source of a kernel key, the PTX NVRTC makes of it, its SASS (through cuobjdump or\n"
+      "nvdisasm from the CUDA toolkit, when installed) or its resource usage (registers, static shared memory,\n"
+      "spills, cubin size; compiled into the cache when missing). Keys look like\n"
+      "decode_fc1:sm_90a:mxfp4:swigluoai:a16:E128:H2880:I2880:w4n1:b1:l1; `moejit plan` lists a config's keys.",
+      {{"emit", "WHAT", "source (default), ptx, sass or resources"},
+       {"arch", "ARCH", "override the key's architecture (sm_90a, sm_100a, sm_120a)"}},
+      {"KEY"}};
+  Args args(spec, argc, argv, 2);
+  if (args.help()) {
+    std::fputs(help_text(spec).c_str(), stdout);
+    return kExitOk;
+  }
+  KernelKey key;
+  try {
+    key = KernelKey::parse(args.positionals()[0]);
+  } catch (const Error& e) {
+    throw UsageError(fmt::format("KEY: {}", e.what()));
+  }
+  if (args.has("arch")) key.arch = arch_from_args(args);
+  try {
+    key = key.normalized();
+  } catch (const Error& e) {
+    throw UsageError(fmt::format("KEY: {}", e.what()));
+  }
+  const std::string what = args.str("emit", "source");
+  if (what == "source") {
+    fmt::print("{}", generate_source(key).source);
+    return kExitOk;
+  }
+  if (what == "ptx") {
+    const CompileOutput out = compile_source(generate_source(key), key.arch, /*want_ptx=*/true);
+    size_t n = out.binary.size();
+    while (n > 0 && out.binary[n - 1] == '\0') --n;  // NVRTC's PTX buffer ends with a NUL
+    std::fwrite(out.binary.data(), 1, n, stdout);
+    return kExitOk;
+  }
+  if (what == "sass" || what == "resources") {
+    KernelCache cache;
+    auto k = cache.get(key);
+    if (what == "sass") return emit_sass(*k);
+    emit_resources(*k);
+    return kExitOk;
+  }
+  throw UsageError(fmt::format("--emit must be source, ptx, sass or resources, got '{}'", what));
+}
+
+}  // namespace moejit::cli
