@@ -287,7 +287,10 @@ struct KernelCache::State {
         }
         s.info.manifest = s.read.manifest.is_object() ? s.read.manifest : json();
         s.info.valid = s.read.status == EntryStatus::ok;
-        s.info.problem = s.info.valid ? std::string() : s.read.problem;
+        // "not trusted: ..." marks entries left in place (only damaged ones are quarantined by verify).
+        s.info.problem = s.info.valid                                 ? std::string()
+                         : s.read.status == EntryStatus::untrusted ? "not trusted: " + s.read.problem
+                                                                   : s.read.problem;
         s.read.cubin.clear();
         s.read.cubin.shrink_to_fit();
         out.push_back(std::move(s));

@@ -49,17 +49,18 @@ GeneratedSource generate_source(const KernelKey& raw) {
       out.source = header + fmt::format(
           "#include \"moe_decode_fc1.cuh\"\n"
           "extern \"C\" __global__ void __launch_bounds__({0}) {1}(const DecodeFc1Params p) {{\n"
-          "  moe_decode_fc1<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}>(p);\n}}\n",
+          "  moe_decode_fc1<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}>(p);\n}}\n",
           threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), act_code(key.activation),
-          cpp_bool(key.limit), cpp_bool(key.bias), key.hidden, key.intermediate, key.warps, key.ntiles);
+          cpp_bool(key.limit), cpp_bool(key.bias), key.experts, key.hidden, key.intermediate, key.warps, key.ntiles,
+          cpp_bool(key.inline_route));
       break;
     case KernelKind::decode_fc2:
       out.source = header + fmt::format(
           "#include \"moe_decode_fc2.cuh\"\n"
           "extern \"C\" __global__ void __launch_bounds__({0}) {1}(const DecodeFc2Params p) {{\n"
-          "  moe_decode_fc2<{2}, {3}, {4}, {5}, {6}, {7}>(p);\n}}\n",
-          threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), cpp_bool(key.bias), key.hidden,
-          key.intermediate, key.warps, key.ntiles);
+          "  moe_decode_fc2<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}>(p);\n}}\n",
+          threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), cpp_bool(key.bias), key.experts,
+          key.hidden, key.intermediate, key.warps, key.ntiles, cpp_bool(key.inline_route));
       break;
   }
   return out;

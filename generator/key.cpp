@@ -27,9 +27,9 @@ KernelKind parse_kernel_kind(std::string_view s) {
 }
 
 std::string KernelKey::str() const {
-  return fmt::format("{}:{}:{}:{}:{}:E{}:H{}:I{}:w{}n{}:b{}:l{}", to_string(kind), to_string(arch),
+  return fmt::format("{}:{}:{}:{}:{}:E{}:H{}:I{}:w{}n{}:b{}:l{}:i{}", to_string(kind), to_string(arch),
                      to_string(format), to_string(activation), to_string(precision), experts, hidden,
-                     intermediate, warps, ntiles, bias ? 1 : 0, limit ? 1 : 0);
+                     intermediate, warps, ntiles, bias ? 1 : 0, limit ? 1 : 0, inline_route ? 1 : 0);
 }
 
 namespace {
@@ -61,9 +61,10 @@ int parse_prefixed(std::string_view part, char prefix, std::string_view field, s
 
 KernelKey KernelKey::parse(std::string_view s) {
   auto p = split(s, ':');
-  if (p.size() != 11)
+  if (p.size() != 12)
     throw Error(fmt::format(
-        "kernel key '{}' has {} fields; expected 11: kind:arch:format:activation:precision:E<n>:H<n>:I<n>:w<n>n<n>:b<0|1>:l<0|1>",
+        "kernel key '{}' has {} fields; expected 12: "
+        "kind:arch:format:activation:precision:E<n>:H<n>:I<n>:w<n>n<n>:b<0|1>:l<0|1>:i<0|1>",
         s, p.size()));
   KernelKey k;
   k.kind = parse_kernel_kind(p[0]);
@@ -80,11 +81,13 @@ KernelKey KernelKey::parse(std::string_view s) {
     throw Error(fmt::format("kernel key '{}': tile field '{}' must look like w4n1", s, tile));
   k.warps = parse_int_field(tile.substr(1, npos - 1), "warps", s);
   k.ntiles = parse_int_field(tile.substr(npos + 1), "ntiles", s);
-  int b = parse_prefixed(p[9], 'b', "bias", s), l = parse_prefixed(p[10], 'l', "limit", s);
-  if ((b != 0 && b != 1) || (l != 0 && l != 1))
-    throw Error(fmt::format("kernel key '{}': bias and limit fields must be b0/b1 and l0/l1", s));
+  int b = parse_prefixed(p[9], 'b', "bias", s), l = parse_prefixed(p[10], 'l', "limit", s),
+      in = parse_prefixed(p[11], 'i', "inline_route", s);
+  if ((b != 0 && b != 1) || (l != 0 && l != 1) || (in != 0 && in != 1))
+    throw Error(fmt::format("kernel key '{}': bias, limit and inline-route fields must be b0/b1, l0/l1 and i0/i1", s));
   k.bias = b == 1;
   k.limit = l == 1;
+  k.inline_route = in == 1;
   return k;
 }
 
@@ -121,6 +124,8 @@ KernelKey KernelKey::normalized() const {
   if (k.intermediate <= 0 || k.intermediate % block)
     throw Error(fmt::format("kernel key {}: intermediate must be a positive multiple of {}", str(), block));
   if (k.ntiles < 1 || k.ntiles > 8) throw Error(fmt::format("kernel key {}: ntiles must be in [1, 8]", str()));
+  if (k.inline_route && k.experts > 1024)
+    throw Error(fmt::format("kernel key {}: inline routing covers at most 1024 experts", str()));
   if (k.precision != ActPrecision::a16)
     throw Error(fmt::format("kernel key {}: the decode family computes in a16 only", str()));
   if (k.kind == KernelKind::decode_fc2) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "moejit/error.hpp"
@@ -25,13 +26,16 @@ Family parse_family(std::string_view s) {
 }
 
 namespace {
-// Token columns held in registers per pass: enough for the expected tokens per expert, at most 8
-// tiles (64 tokens); an expert with more tokens takes more passes over its weights.
+// Token columns held in registers per pass (8 per tile, at most 8 tiles). Sized for the busiest expert
+// under balanced routing, mean + 3 sigma + 1 of Binomial(M*K, 1/E), capped by M: more tiles than
+// tokens cost registers (occupancy) and idle MMAs, and an expert with more tokens than the tiles hold
+// is still served correctly by another pass over its weights.
 int decode_ntiles(const LayerSpec& spec, int tokens) {
-  // A single expert can receive every token; size for min(M, 64) so small batches never re-read.
-  int cols = std::min(tokens, 64);
-  (void)spec;
-  int nt = (cols + 7) / 8;
+  const double mean = static_cast<double>(tokens) * spec.top_k / spec.experts;
+  const double busiest = mean + 3.0 * std::sqrt(mean) + 1.0;
+  const int cols = std::min(tokens, static_cast<int>(std::ceil(busiest)));
+  int nt = 1;
+  while (nt * 8 < cols) nt *= 2;  // 1, 2, 4, 8: few variants to prewarm
   return std::clamp(nt, 1, 8);
 }
 
@@ -67,9 +71,14 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   fc1.kind = KernelKind::decode_fc1;
   fc1.warps = 4;
   fc1.ntiles = decode_ntiles(spec, std::max(tokens, 1));
+  // Few pairs: every decode CTA routes for itself, saving the route launch.
+  fc1.inline_route = static_cast<long long>(tokens) * spec.top_k <= kInlineRouteMaxPairs && spec.experts <= 1024;
   KernelKey fc2 = fc1;
   fc2.kind = KernelKind::decode_fc2;
-  plan.kernels = {route.normalized(), fc1.normalized(), fc2.normalized()};
+  if (fc1.inline_route)
+    plan.kernels = {fc1.normalized(), fc2.normalized()};
+  else
+    plan.kernels = {route.normalized(), fc1.normalized(), fc2.normalized()};
   return plan;
 }
 

@@ -105,9 +105,12 @@ HostLayer read_layer_file(const std::string& path) {
   const std::string what = "layer file " + path;
 
   LayerSpec spec;
-  spec.format = with_context(what, [&] { return parse_scale_format(meta(f, what, "format")); });
-  spec.activation = with_context(what, [&] { return parse_activation(meta(f, what, "activation")); });
-  spec.gate_up_order = with_context(what, [&] { return parse_gate_up_order(meta(f, what, "gate_up_order")); });
+  const std::string& format = meta(f, what, "format");
+  const std::string& activation = meta(f, what, "activation");
+  const std::string& order = meta(f, what, "gate_up_order");
+  spec.format = with_context(what, [&] { return parse_scale_format(format); });
+  spec.activation = with_context(what, [&] { return parse_activation(activation); });
+  spec.gate_up_order = with_context(what, [&] { return parse_gate_up_order(order); });
   spec.experts = parse_int(what, "experts", meta(f, what, "experts"));
   spec.hidden = parse_int(what, "hidden", meta(f, what, "hidden"));
   spec.intermediate = parse_int(what, "intermediate", meta(f, what, "intermediate"));

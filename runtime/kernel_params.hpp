@@ -13,21 +13,28 @@ struct RepackParams {
 };
 
 struct RouteParams {
-  dptr topk_ids, topk_weights;
+  dptr topk_ids;
   int32_t pairs, expert_begin;
-  dptr num_active, active_expert, active_offset, pair_token, pair_weight, pos_of, counters;
-  int32_t num_counters, top_k;
+  dptr num_active, active_expert, active_offset, pair_index, counters;
+  int32_t num_counters;
+};
+
+struct RoutingArgs {
+  dptr num_active, active_expert, active_offset, pair_index, topk_ids;
+  int32_t pairs, expert_begin, top_k;
 };
 
 struct DecodeFc1Params {
-  dptr w, s, gscale, bias, x, num_active, active_expert, active_offset, pair_token, act;
+  dptr w, s, gscale, bias, x, act, counters;
+  int32_t num_counters;
   float alpha, beta, limit;
+  RoutingArgs route;
 };
 
 struct DecodeFc2Params {
-  dptr w, s, gscale, bias, act, num_active, active_expert, active_offset, pair_weight, pos_of, partial,
-      counters, out;
-  int32_t tokens, top_k;
+  dptr w, s, gscale, bias, act, topk_weights, partial, counters, out;
+  int32_t tokens;
+  RoutingArgs route;
 };
 
 }  // namespace moejit::detail

@@ -146,8 +146,12 @@ void Runtime::forward(const PreparedLayer& layer_base, const ForwardArgs& a) {
                      a.limit ? *a.limit : spec.limit.value_or(0.f)};
   switch (plan.family) {
     case Family::decode:
-      launch_route(ctx, plan.kernels.at(0));
-      launch_decode(ctx, plan.kernels.at(1), plan.kernels.at(2));
+      if (plan.kernels.at(0).kind == KernelKind::route) {
+        launch_route(ctx, plan.kernels.at(0));
+        launch_decode(ctx, plan.kernels.at(1), plan.kernels.at(2));
+      } else {
+        launch_decode(ctx, plan.kernels.at(0), plan.kernels.at(1));
+      }
       return;
     case Family::automatic: break;
   }

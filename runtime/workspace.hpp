@@ -8,8 +8,7 @@
 namespace moejit::detail {
 
 struct WorkspaceLayout {
-  size_t num_active = 0, active_expert = 0, active_offset = 0, pair_token = 0, pair_weight = 0, pos_of = 0,
-         counters = 0, act = 0, partial = 0;
+  size_t num_active = 0, active_expert = 0, active_offset = 0, pair_index = 0, counters = 0, act = 0, partial = 0;
   size_t total = 0;
 
   static WorkspaceLayout make(const LayerSpec& spec, int max_tokens) {
@@ -25,9 +24,7 @@ struct WorkspaceLayout {
     w.num_active = take(sizeof(int32_t));
     w.active_expert = take(slots * sizeof(int32_t));
     w.active_offset = take((slots + 1) * sizeof(int32_t));
-    w.pair_token = take(pairs * sizeof(int32_t));
-    w.pair_weight = take(pairs * sizeof(float));
-    w.pos_of = take(pairs * sizeof(int32_t));
+    w.pair_index = take(pairs * sizeof(int32_t));
     w.counters = take(static_cast<size_t>(spec.hidden / 16) * sizeof(int32_t));
     w.act = take(pairs * spec.intermediate * sizeof(uint16_t));
     w.partial = take(pairs * spec.hidden * sizeof(float));

@@ -46,9 +46,10 @@ MOEJIT_DEVICE u16 ld_stream_u16(const void* p) {
   asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
   return v;
 }
+// Activation rows (volatile: must stay after griddepcontrol.wait in programmatic dependents).
 MOEJIT_DEVICE u32x4 ld_nc_16(const void* p) {
   u32x4 v;
-  asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
 // Loads of data another CTA of the same grid wrote (bypass the incoherent L1).

@@ -30,27 +30,34 @@ MOEJIT_DEVICE void fp4_decode_word(u32 w, u32 sg, u32 sg8, u32 (&a)[4]) {
   a[3] = bf16x2_mul(bf16x2_mul(fp4_place<3>(w), k2p126), sg8);
 }
 
-// e8m0 code -> bf16 bits: 2^(b-127); b = 0 is the bf16 subnormal 2^-127, b = 255 NaN.
+// e8m0 code -> bf16 bits: 2^(b-127); b = 0 is the bf16 subnormal 2^-127, b = 255 NaN. Branch-free.
 MOEJIT_DEVICE u32 e8m0_to_bf16(u32 b) {
-  if (b == 0u) return 0x0040u;
-  if (b == 255u) return 0x7FC0u;
-  return b << 7;
+  u32 r = b << 7;
+  r = b == 0u ? 0x0040u : r;
+  return b == 255u ? 0x7FC0u : r;
 }
 
-// e4m3fn code -> bf16 bits (every e4m3 value is exact in bf16).
-MOEJIT_DEVICE u32 e4m3_to_bf16(u32 c) {
-  u32 s = (c & 0x80u) << 8, e = (c >> 3) & 0xFu, m = c & 7u;
-  if (e == 15u && m == 7u) return s | 0x7FC0u;                       // NaN
-  if (e != 0u) return s | ((e + 120u) << 7) | (m << 4);             // normal
-  return s | (__float_as_uint((float)m * 0.001953125f) >> 16);      // m/8 * 2^-6
+// e4m3fn code -> fp32, branch-free and exact: the 7 magnitude bits placed at fp32 bits 26..20 read as
+// 2^(e-127) * 1.mmm (or the fp32 subnormal m/8 * 2^-126 when e = 0), and * 2^120 rebiases both cases
+// exactly (no flush: moejit never compiles with fast math). The NaN code 0x7F would read as 480, so
+// it is mapped to NaN explicitly.
+MOEJIT_DEVICE float e4m3_to_f32(u32 c) {
+  float mag = __uint_as_float((c & 0x7Fu) << 20) * 1.329227995784916e36f;  // 2^120
+  mag = (c & 0x7Fu) == 0x7Fu ? __uint_as_float(0x7FC00000u) : mag;
+  return __uint_as_float(__float_as_uint(mag) | ((c & 0x80u) << 24));
 }
 
 // A packed pair of scale codes (row g in the low byte, row g+8 in the high byte) -> two bf16x2
-// broadcast scales.
+// broadcast scales (every e4m3 and e8m0 value is exact in bf16).
 template <bool kNvfp4>
 MOEJIT_DEVICE void decode_scale_pair(u32 packed, u32& sg, u32& sg8) {
-  u32 lo = kNvfp4 ? e4m3_to_bf16(packed & 0xFFu) : e8m0_to_bf16(packed & 0xFFu);
-  u32 hi = kNvfp4 ? e4m3_to_bf16((packed >> 8) & 0xFFu) : e8m0_to_bf16((packed >> 8) & 0xFFu);
-  sg = lo | (lo << 16);
-  sg8 = hi | (hi << 16);
+  if (kNvfp4) {
+    const float lo = e4m3_to_f32(packed & 0xFFu), hi = e4m3_to_f32((packed >> 8) & 0xFFu);
+    sg = pack_bf16x2(lo, lo);
+    sg8 = pack_bf16x2(hi, hi);
+  } else {
+    const u32 lo = e8m0_to_bf16(packed & 0xFFu), hi = e8m0_to_bf16((packed >> 8) & 0xFFu);
+    sg = lo | (lo << 16);
+    sg8 = hi | (hi << 16);
+  }
 }

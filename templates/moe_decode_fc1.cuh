@@ -1,8 +1,9 @@
-// Decode family, FC1: act[pos, :] = activation(x[token] . W13[e]^T + b13[e]) rounded to bf16, for every
-// routed pair of every active expert. Grid: (I/16 slabs, active-slot capacity); CTAs of slots beyond
-// num_active exit at once.
+// Decode family, FC1: act[q, :] = activation(x[token(q)] . W13[e]^T + b13[e]) rounded to bf16, for every
+// routed pair q = m*K + k of every active expert. Grid: (I/16 slabs, active-slot capacity); CTAs of
+// slots beyond num_active exit at once.
 #pragma once
 #include "activations.cuh"
+#include "expert_work.cuh"
 #include "slab_mma.cuh"
 
 struct DecodeFc1Params {
@@ -11,27 +12,30 @@ struct DecodeFc1Params {
   const float* gscale;       // [E] (NVFP4) or null
   const float* bias;         // [E][mats][I] or null
   const u16* x;              // [M][H] bf16
-  const i32* num_active;
-  const i32* active_expert;
-  const i32* active_offset;
-  const i32* pair_token;
-  u16* act;                  // [pairs][I] bf16
+  u16* act;                  // [M*K][I] bf16, row q
+  i32* counters;             // FC2 completion counters, zeroed here when routing is inline
+  i32 num_counters;
   float alpha, beta, limit;
+  RoutingArgs route;
 };
 
-template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kH, int kI, int kWarps, int kNT>
+template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, bool kInline>
 __device__ void moe_decode_fc1(const DecodeFc1Params& p) {
   constexpr int kMats = kAct == kActRelu2 ? 1 : 2;
   constexpr int kChunks = (kH + 63) / 64;
   constexpr int kSlabs = kI / 16;
   using SG = ScaleGeometry<kNvfp4>;
   __shared__ float red[kWarps > 1 ? kWarps * kNT * kMats * 4 * 32 : 1];
+  __shared__ InlineRouteShared route_sh;
 
-  pdl_wait_primary();
   const int slab = blockIdx.x, slot = blockIdx.y;
-  if (slot >= *p.num_active) return;
-  const int e = p.active_expert[slot];
-  const int off = p.active_offset[slot], count = p.active_offset[slot + 1] - off;
+  // Let FC2 start its weight prefetch as soon as every FC1 CTA is resident.
+  pdl_launch_dependents();
+  if (kInline && slab == 0 && slot == 0)
+    for (int i = threadIdx.x; i < p.num_counters; i += blockDim.x) p.counters[i] = 0;
+  const ExpertWork work = expert_work<kInline, kE>(p.route, slot, route_sh);
+  if (slot >= work.num_active) return;
+  const int e = work.expert, count = work.count;
   const int lane = lane_id(), warp = threadIdx.x >> 5, g = lane >> 2, c4 = lane & 3;
   const size_t slab_index = (size_t)e * kSlabs + slab;
   const u32x4* w = p.w + slab_index * kChunks * kMats * 32 + lane;
@@ -44,10 +48,10 @@ __device__ void moe_decode_fc1(const DecodeFc1Params& p) {
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
       const int t = pass + nt * 8 + g;
-      rows[nt] = t < count ? p.x + (size_t)p.pair_token[off + t] * kH : nullptr;
+      rows[nt] = t < count ? p.x + (size_t)(work.pairs[t] / p.route.top_k) * kH : nullptr;
     }
     float acc[kNT][kMats][4];
-    slab_mma<kNvfp4, kH, kMats, kWarps, kNT>(w, s, rows, live, acc);
+    slab_mma<kNvfp4, kH, kMats, kWarps, kNT>(w, s, rows, live, acc, false);
     reduce_over_warps<kMats, kWarps, kNT>(acc, red);
     if (warp == 0) {
 #pragma unroll
@@ -63,12 +67,11 @@ __device__ void moe_decode_fc1(const DecodeFc1Params& p) {
               if (kMats == 2) up += p.bias[((size_t)e * kMats + 1) * kI + row];
             }
             const float a = apply_activation<kAct, kLimit>(gate, up, p.alpha, p.beta, p.limit);
-            p.act[(size_t)(off + t) * kI + row] = f32_to_bf16(a);
+            p.act[(size_t)work.pairs[t] * kI + row] = f32_to_bf16(a);
           }
         }
       }
     }
     __syncthreads();  // red is reused by the next pass
   }
-  pdl_launch_dependents();
 }

@@ -1,8 +1,12 @@
-// Decode family, FC2 and the top-k combine: partial[pos, :] = w_pos * (act[pos] . W2[e]^T + b2[e]) for
-// every routed pair, then, per 16-row slab of H, the last CTA to finish that slab sums the pairs of each
-// token in slot order (k = 0..K-1) and writes out[m, slab] in bf16. Fixed-order sums, no float
-// atomics: the output is bit-identical from run to run. Grid: (H/16 slabs, active-slot capacity).
+// Decode family, FC2 and the top-k combine: partial[q, :] = w_q * (act[q] . W2[e]^T + b2[e]) for every
+// routed pair q, then, per 16-row slab of H, the last CTA to finish that slab sums each token's pairs in
+// slot order (k = 0..K-1) and writes out[m, slab] in bf16. Fixed-order sums, no float atomics: the
+// output is bit-identical from run to run. Grid: (H/16 slabs, active-slot capacity).
+//
+// Launched as a programmatic dependent of FC1: routing and the first weight loads happen before
+// griddepcontrol.wait, so they overlap FC1's tail.
 #pragma once
+#include "expert_work.cuh"
 #include "slab_mma.cuh"
 
 struct DecodeFc2Params {
@@ -10,37 +14,35 @@ struct DecodeFc2Params {
   const u16* s;              // prepared FC2 scales
   const float* gscale;       // [E] (NVFP4) or null
   const float* bias;         // [E][H] or null
-  const u16* act;            // [pairs][I] bf16 from FC1
-  const i32* num_active;
-  const i32* active_expert;
-  const i32* active_offset;
-  const float* pair_weight;
-  const i32* pos_of;         // [M*K]
-  float* partial;            // [pairs][H] fp32
-  i32* counters;             // [H/16], zero on entry (route zeroes them), zero again on exit
+  const u16* act;            // [M*K][I] bf16 from FC1, row q
+  const float* topk_weights; // [M*K]
+  float* partial;            // [M*K][H] fp32, row q
+  i32* counters;             // [H/16], zero on entry, zero again on exit
   u16* out;                  // [M][H] bf16
-  i32 tokens, top_k;
+  i32 tokens;
+  RoutingArgs route;
 };
 
-template <bool kNvfp4, bool kBias, int kH, int kI, int kWarps, int kNT>
+template <bool kNvfp4, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, bool kInline>
 __device__ void moe_decode_fc2(const DecodeFc2Params& p) {
   constexpr int kChunks = (kI + 63) / 64;
   constexpr int kSlabs = kH / 16;
   using SG = ScaleGeometry<kNvfp4>;
   __shared__ float red[kWarps > 1 ? kWarps * kNT * 4 * 32 : 1];
+  __shared__ InlineRouteShared route_sh;
   __shared__ int is_last;
 
-  pdl_wait_primary();
   const int slab = blockIdx.x, slot = blockIdx.y;
-  const int n_active = *p.num_active;
+  // Inline routing reads only topk_ids; the route kernel's lists were complete before FC1 started.
+  const ExpertWork work = expert_work<kInline, kE>(p.route, slot, route_sh);
   // With no routed pair at all, slot 0 still takes part so that out is written (with zeros).
-  const int participants = n_active > 0 ? n_active : 1;
+  const int participants = work.num_active > 0 ? work.num_active : 1;
   if (slot >= participants) return;
   const int lane = lane_id(), warp = threadIdx.x >> 5, g = lane >> 2, c4 = lane & 3;
+  bool waited = false;
 
-  if (slot < n_active) {
-    const int e = p.active_expert[slot];
-    const int off = p.active_offset[slot], count = p.active_offset[slot + 1] - off;
+  if (slot < work.num_active) {
+    const int e = work.expert, count = work.count;
     const size_t slab_index = (size_t)e * kSlabs + slab;
     const u32x4* w = p.w + slab_index * kChunks * 32 + lane;
     const u16* s = p.s + slab_index * kChunks * SG::kU16PerChunk;
@@ -51,10 +53,12 @@ __device__ void moe_decode_fc2(const DecodeFc2Params& p) {
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
         const int t = pass + nt * 8 + g;
-        rows[nt] = t < count ? p.act + (size_t)(off + t) * kI : nullptr;
+        rows[nt] = t < count ? p.act + (size_t)work.pairs[t] * kI : nullptr;
       }
       float acc[kNT][1][4];
-      slab_mma<kNvfp4, kI, 1, kWarps, kNT>(w, s, rows, live, acc);
+      // The first pass waits for FC1 after issuing its first weight loads.
+      slab_mma<kNvfp4, kI, 1, kWarps, kNT>(w, s, rows, live, acc, !waited);
+      waited = true;
       reduce_over_warps<1, kWarps, kNT>(acc, red);
       if (warp == 0) {
 #pragma unroll
@@ -64,9 +68,10 @@ __device__ void moe_decode_fc2(const DecodeFc2Params& p) {
             const int t = pass + nt * 8 + 2 * c4 + (i & 1);
             if (nt < live && t < count) {
               const int row = slab * 16 + g + (i >> 1) * 8;
+              const int q = work.pairs[t];
               float y = acc[nt][0][i] * gs;
               if (kBias) y += p.bias[(size_t)e * kH + row];
-              p.partial[(size_t)(off + t) * kH + row] = p.pair_weight[off + t] * y;
+              p.partial[(size_t)q * kH + row] = p.topk_weights[q] * y;
             }
           }
         }
@@ -74,6 +79,7 @@ __device__ void moe_decode_fc2(const DecodeFc2Params& p) {
       __syncthreads();
     }
   }
+  if (!waited) pdl_wait_primary();
 
   // Completion ticket: the last participant of this slab combines it.
   __threadfence();
@@ -82,12 +88,13 @@ __device__ void moe_decode_fc2(const DecodeFc2Params& p) {
   __syncthreads();
   if (!is_last) return;
   __threadfence();
+  const int K = p.route.top_k;
   for (int idx = threadIdx.x; idx < p.tokens * 16; idx += blockDim.x) {
     const int m = idx >> 4, row = slab * 16 + (idx & 15);
     float sum = 0.f;
-    for (int k = 0; k < p.top_k; ++k) {
-      const int pos = p.pos_of[m * p.top_k + k];
-      if (pos >= 0) sum += ld_cg_f32(p.partial + (size_t)pos * kH + row);
+    for (int k = 0; k < K; ++k) {
+      const int q = m * K + k;
+      if (pair_is_local(p.route, q, kE)) sum += ld_cg_f32(p.partial + (size_t)q * kH + row);
     }
     p.out[(size_t)m * kH + row] = f32_to_bf16(sum);
   }

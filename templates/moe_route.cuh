@@ -4,8 +4,7 @@
 //   num_active            experts with at least one routed (token, slot) pair
 //   active_expert[s]      local expert of active slot s, in increasing expert order
 //   active_offset[s]      first position of slot s in the permuted pair list (active_offset[n] = total)
-//   pair_token[pos]       token of the pair at position pos; pair_weight[pos] its router weight
-//   pos_of[m*K+k]         position of pair (m, k), or -1 when its expert is not local
+//   pair_index[pos]       pair q = m*K + k at position pos
 // Pairs of one expert keep increasing (m, k) order, so every later reduction is deterministic.
 // It also zeroes the FC2 completion counters, so a workspace needs no initialization by the caller.
 #pragma once
@@ -13,18 +12,14 @@
 
 struct RouteParams {
   const i32* topk_ids;       // [M*K]
-  const float* topk_weights; // [M*K]
   i32 pairs;                 // M*K
   i32 expert_begin;
   i32* num_active;
   i32* active_expert;
   i32* active_offset;
-  i32* pair_token;
-  float* pair_weight;
-  i32* pos_of;
+  i32* pair_index;
   i32* counters;             // FC2 completion counters to zero
   i32 num_counters;
-  i32 top_k;
 };
 
 template <int kExperts, int kThreads>
@@ -100,16 +95,7 @@ __device__ void moe_route(const RouteParams& p) {
         int start = e >= 0 ? cursor[e] : 0;
         __syncwarp();
         if (e >= 0 && lane == leader) cursor[e] = start + __popc(peers);
-        if (q < p.pairs) {
-          if (e >= 0) {
-            const int at = start + rank;
-            p.pair_token[at] = q / p.top_k;
-            p.pair_weight[at] = p.topk_weights[q];
-            p.pos_of[q] = at;
-          } else {
-            p.pos_of[q] = -1;
-          }
-        }
+        if (e >= 0) p.pair_index[start + rank] = q;
       }
       __syncthreads();
     }

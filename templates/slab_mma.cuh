@@ -19,7 +19,7 @@ struct ScaleGeometry {
 // column (lane/4) of n-tile nt, or nullptr (column contributes zeros).
 template <bool kNvfp4, int kK, int kMats, int kWarps, int kNT>
 MOEJIT_DEVICE void slab_mma(const u32x4* w, const u16* s, const u16* const (&b_rows)[kNT], int live_tiles,
-                            float (&acc)[kNT][kMats][4]) {
+                            float (&acc)[kNT][kMats][4], bool wait_primary_after_prefetch) {
   using SG = ScaleGeometry<kNvfp4>;
   constexpr int kChunks = (kK + 63) / 64;
   const int lane = lane_id(), warp = threadIdx.x >> 5;
@@ -44,6 +44,9 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u16* s, const u16* const (&b_r
       sn[m] = ld_stream_u16(s + (c * kMats + m) * SG::kU16PerChunk + sidx);
     }
   }
+  // Weights never depend on the previous kernel, so a programmatic dependent waits only here, after
+  // its first loads are in flight and before touching the previous kernel's outputs (b_rows).
+  if (wait_primary_after_prefetch) pdl_wait_primary();
   for (; c < kChunks; c += kWarps) {
     u32x4 wc[kMats];
     u32 sc[kMats];

@@ -530,7 +530,12 @@ TEST_CASE("entries that other users can write are not trusted", "[cache]") {
     const auto listed = cache.list();
     REQUIRE(listed.size() == 1);
     CHECK_FALSE(listed[0].valid);
+    CHECK(listed[0].problem.rfind("not trusted: ", 0) == 0);
     CHECK(listed[0].problem.find("writable") != std::string::npos);
+    const auto verified = cache.verify();  // reported, never moved
+    REQUIRE(verified.size() == 1);
+    CHECK_FALSE(verified[0].valid);
+    CHECK(fs::exists(dir + "/kernel.cubin"));
   }
   SECTION("world-writable cubin file") {
     ::chmod((dir + "/kernel.cubin").c_str(), 0666);

@@ -339,6 +339,42 @@ TEST_CASE("quantize_layer: MXFP4 scales by hand", "[quantize]") {
   CHECK(q.fc1_weight(0, 2, 0) == -0.75f);
 }
 
+TEST_CASE("quantize_layer: elements round to nearest even at exact midpoints", "[quantize]") {
+  // NVFP4 with a non-power-of-two element scale. amax 2016 gives global 2016 / 2688 = 0.75 (exact).
+  // Row 1 has block max 117: ideal scale 117 / 6 / 0.75 = 26, an e4m3 value, so its element scale is
+  // 26 * 0.75 = 19.5 and the e2m1 midpoints 0.25 .. 5 sit at 4.875, 14.625, 24.375, 34.125, 48.75,
+  // 68.25, 97.5 (all exact floats). Ties go to the even code; one float off a tie goes the other way.
+  LayerSpec s = make_spec(ScaleFormat::nvfp4, Activation::relu2, GateUpOrder::gate_up, 1, 16, 16, false);
+  std::vector<float> fc1(16 * 16, 0.0f), fc2(16 * 16, 0.0f);
+  fc1[0] = 2016.0f;
+  const float mids[7] = {4.875f, 14.625f, 24.375f, 34.125f, 48.75f, 68.25f, 97.5f};
+  const int at_tie[7] = {0, 2, 2, 4, 4, 6, 6};    // codes of the midpoints themselves
+  const int off_tie[7] = {1, 1, 3, 3, 5, 5, 7};   // one float towards the odd code
+  float* row1 = &fc1[16];
+  float* row2 = &fc1[32];
+  row1[0] = 117.0f;
+  row2[0] = 117.0f;
+  for (int t = 0; t < 7; ++t) {
+    row1[1 + t] = mids[t];
+    row1[8 + t] = -mids[t];
+    // Odd codes lie above the even midpoints' tie (0|1, 2|3, 4|5, 6|7 boundaries) and below the others.
+    const bool up = t % 2 == 0;
+    row2[1 + t] = std::nextafter(mids[t], up ? 1e9f : 0.0f);
+  }
+  const HostLayer q = quantize_layer(s, fc1, fc2);
+  REQUIRE(q.w13_global_scale[0] == 0.75f);
+  REQUIRE(e4m3_to_float(q.w13_scale[1]) == 26.0f);
+  REQUIRE(e4m3_to_float(q.w13_scale[2]) == 26.0f);
+  for (int t = 0; t < 7; ++t) {
+    INFO("midpoint " << mids[t]);
+    CHECK(fp4_nibble(q.w13.data(), 16 + 1 + t) == at_tie[t]);
+    CHECK(fp4_nibble(q.w13.data(), 16 + 8 + t) == (at_tie[t] | 8));
+    CHECK(fp4_nibble(q.w13.data(), 32 + 1 + t) == off_tie[t]);
+    // The same decisions as the codec on the exact quotient.
+    CHECK(double_to_e2m1(static_cast<double>(mids[t]) / 19.5) == at_tie[t]);
+  }
+}
+
 TEST_CASE("quantize_layer: bad inputs are clear errors", "[quantize]") {
   LayerSpec s = make_spec(ScaleFormat::nvfp4, Activation::silu, GateUpOrder::gate_up, 2, 16, 16, false);
   std::vector<float> fc1(2 * 32 * 16, 0.5f), fc2(2 * 16 * 16, 0.5f);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "golden_dir.hpp"
 #include "moejit/codecs.hpp"
 #include "moejit/error.hpp"
 #include "moejit/reference.hpp"
@@ -391,7 +392,7 @@ TEST_CASE("reference: the five golden layers", "[reference][golden]") {
                          "nvfp4_silu_limit_upgate"};
   for (const char* name : names) {
     DYNAMIC_SECTION(name) {
-      const std::string dir = std::string(MOEJIT_GOLDEN_DIR) + "/" + name;
+      const std::string dir = moejit::test::golden_dir() + "/" + name;
       const HostLayer L = read_layer_file(dir + "/layer.safetensors");
       const HostInputs in = read_input_file(dir + "/input.safetensors");
       const SafetensorsFile expected = read_safetensors(dir + "/expected.safetensors");

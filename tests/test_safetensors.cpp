@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "golden_dir.hpp"
 #include "moejit/codecs.hpp"
 #include "moejit/error.hpp"
 #include "moejit/host_layer.hpp"
@@ -286,7 +287,7 @@ TEST_CASE("layer files: the golden layers read and re-write unchanged", "[safete
                          "nvfp4_silu_limit_upgate"};
   for (const char* name : names) {
     DYNAMIC_SECTION(name) {
-      const std::string dir = std::string(MOEJIT_GOLDEN_DIR) + "/" + name;
+      const std::string dir = moejit::test::golden_dir() + "/" + name;
       const HostLayer L = read_layer_file(dir + "/layer.safetensors");
       CHECK_NOTHROW(L.validate());
       const std::string path = tmp().file(std::string("golden_") + name + ".safetensors");
@@ -308,15 +309,15 @@ TEST_CASE("layer files: the golden layers read and re-write unchanged", "[safete
     }
   }
   // Spot checks of the metadata the golden README lists.
-  const HostLayer ep = read_layer_file(std::string(MOEJIT_GOLDEN_DIR) + "/mxfp4_swigluoai_bias_ep/layer.safetensors");
+  const HostLayer ep = read_layer_file(moejit::test::golden_dir() + "/mxfp4_swigluoai_bias_ep/layer.safetensors");
   CHECK(ep.spec.expert_begin == 2);
   CHECK(ep.spec.has_bias);
   CHECK(ep.spec.limit == 7.0f);
   CHECK(ep.spec.swiglu_alpha == 1.702f);
-  const HostLayer r2 = read_layer_file(std::string(MOEJIT_GOLDEN_DIR) + "/nvfp4_relu2/layer.safetensors");
+  const HostLayer r2 = read_layer_file(moejit::test::golden_dir() + "/nvfp4_relu2/layer.safetensors");
   CHECK(r2.spec.activation == Activation::relu2);
   CHECK(r2.w13.size() == 5u * 48 * 32);
-  const HostLayer ug = read_layer_file(std::string(MOEJIT_GOLDEN_DIR) + "/nvfp4_silu_limit_upgate/layer.safetensors");
+  const HostLayer ug = read_layer_file(moejit::test::golden_dir() + "/nvfp4_silu_limit_upgate/layer.safetensors");
   CHECK(ug.spec.gate_up_order == GateUpOrder::up_gate);
   CHECK(ug.spec.limit == 10.0f);
 }

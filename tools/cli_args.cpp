@@ -167,7 +167,7 @@ Arch arch_from_args(const Args& args, std::optional<Arch> fallback, std::string*
     return rt.arch();
   }
   if (fallback) {
-    if (note) *note = fmt::format("{} (no GPU: {}; pass --arch to choose)", to_string(*fallback), why);
+    if (note) *note = fmt::format("{} (default: no GPU found; pass --arch to choose)", to_string(*fallback));
     return *fallback;
   }
   throw UsageError(fmt::format("--arch is required when no GPU is present ({}); give one of sm_90a, sm_100a, sm_120a",

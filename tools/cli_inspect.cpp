@@ -135,14 +135,21 @@ void emit_resources(const CachedKernel& k) {
 }  // namespace
 
 int cmd_inspect(int argc, char** argv) {
+  static const std::string example = [] {
+    try {
+      return make_plan(load_model_config(default_config_name()).local(), Arch::sm_90a, 1, 132).kernels.back().str();
+    } catch (const std::exception&) {
+      return std::string("decode_fc2:sm_90a:...");
+    }
+  }();
   static const CommandSpec spec{
       "inspect",
       "KEY [--emit source|ptx|sass|resources] [--arch ARCH]",
       "show one kernel",
       "Emits the generated CUDA source of a kernel key, the PTX NVRTC makes of it, its SASS (through cuobjdump or\n"
       "nvdisasm from the CUDA toolkit, when installed) or its resource usage (registers, static shared memory,\n"
-      "spills, cubin size; compiled into the cache when missing). Keys look like\n"
-      "decode_fc1:sm_90a:mxfp4:swigluoai:a16:E128:H2880:I2880:w4n1:b1:l1; `moejit plan` lists a config's keys.",
+      "spills, cubin size; compiled into the cache when missing). `moejit plan` lists a config's keys, e.g.\n  " +
+          example,
       {{"emit", "WHAT", "source (default), ptx, sass or resources"},
        {"arch", "ARCH", "override the key's architecture (sm_90a, sm_100a, sm_120a)"}},
       {"KEY"}};

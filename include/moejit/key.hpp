@@ -28,8 +28,9 @@ struct KernelKey {
   int ntiles = 1;    // 8-token MMA column tiles held in registers per pass over the weights
   bool bias = false;
   bool limit = false;
+  bool inline_route = false;  // decode kernels route inside each CTA (M*K <= 64, E <= 1024): no route launch
 
-  // Canonical string, e.g. "decode_fc1:sm_90a:mxfp4:swigluoai:a16:E128:H2880:I2880:w4n1:b1:l1".
+  // Canonical string, e.g. "decode_fc1:sm_90a:mxfp4:swigluoai:a16:E128:H2880:I2880:w4n1:b1:l1:i0".
   std::string str() const;
   // Parses str() output back; throws moejit::Error naming the bad field.
   static KernelKey parse(std::string_view s);

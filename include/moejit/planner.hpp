@@ -21,6 +21,8 @@ struct Plan {
 
 // Largest M the decode family serves.
 inline constexpr int kDecodeMaxTokens = 256;
+// Up to this many (token, slot) pairs the decode kernels route inside each CTA (no route launch).
+inline constexpr int kInlineRouteMaxPairs = 64;
 
 // Throws moejit::Error when a forced family cannot serve M.
 Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Family force = Family::automatic);

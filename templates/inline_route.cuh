@@ -1,0 +1,64 @@
+// Routing done inside each CTA of the decode kernels when there are few pairs (M*K <= 64): one warp
+// finds the CTA's expert and that expert's pairs from topk_ids directly, which saves a launch and a
+// dependent round trip through memory at decode. Slot s is the s-th smallest local expert that has a
+// pair, and its pairs are listed in increasing pair index, exactly like the route kernel's output.
+#pragma once
+#include "device_core.cuh"
+
+inline constexpr int kInlineMaxPairs = 64;
+
+struct InlineRouteShared {
+  i32 pair[kInlineMaxPairs];  // pair indices q = m*K + k of this CTA's expert, increasing
+  i32 expert, count, num_active;
+  u32 bits[32];               // experts present (E <= 1024)
+};
+
+// Called by every thread; warp 0 computes, the rest wait at the barrier. ids: [pairs] global ids.
+template <int kExperts>
+MOEJIT_DEVICE void inline_route(const i32* ids, int pairs, int expert_begin, int slot, InlineRouteShared& sh) {
+  static_assert(kExperts <= 1024, "inline routing covers at most 1024 experts");
+  constexpr int kWords = (kExperts + 31) / 32;
+  if ((threadIdx.x >> 5) == 0) {
+    const int lane = lane_id();
+    if (lane < kWords) sh.bits[lane] = 0u;
+    __syncwarp();
+    int e[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int q = lane + 32 * h;
+      int v = q < pairs ? ids[q] - expert_begin : -1;
+      e[h] = (v >= 0 && v < kExperts) ? v : -1;
+      if (e[h] >= 0) atomicOr(&sh.bits[e[h] >> 5], 1u << (e[h] & 31));
+    }
+    __syncwarp();
+    const u32 word = lane < kWords ? sh.bits[lane] : 0u;
+    const int n = __popc(word);
+    int inc = n;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int t = __shfl_up_sync(0xffffffffu, inc, d);
+      if (lane >= d) inc += t;
+    }
+    const int total = __shfl_sync(0xffffffffu, inc, 31);
+    // The lane whose word holds the slot-th set bit finds the expert.
+    int found = -1;
+    if (slot < total && inc - n <= slot && slot < inc) {
+      u32 w = word;
+      for (int skip = slot - (inc - n); skip > 0; --skip) w &= w - 1u;
+      found = lane * 32 + __ffs(w) - 1;
+    }
+    const u32 who = __ballot_sync(0xffffffffu, found >= 0);
+    const int expert = who ? __shfl_sync(0xffffffffu, found, __ffs(who) - 1) : -1;
+    const u32 lt = (1u << lane) - 1u;
+    const u32 m0 = __ballot_sync(0xffffffffu, expert >= 0 && e[0] == expert);
+    const u32 m1 = __ballot_sync(0xffffffffu, expert >= 0 && e[1] == expert);
+    if (expert >= 0 && e[0] == expert) sh.pair[__popc(m0 & lt)] = lane;
+    if (expert >= 0 && e[1] == expert) sh.pair[__popc(m0) + __popc(m1 & lt)] = lane + 32;
+    if (lane == 0) {
+      sh.expert = expert;
+      sh.count = __popc(m0) + __popc(m1);
+      sh.num_active = total;
+    }
+  }
+  __syncthreads();
+}

@@ -1,0 +1,313 @@
+// The `moejit` command-line tool, run as a separate process with a private cache directory.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "moejit/host_layer.hpp"
+#include "moejit/model_config.hpp"
+#include "moejit/planner.hpp"
+#include "moejit/runtime.hpp"
+#include "moejit/safetensors.hpp"
+
+using namespace moejit;
+
+namespace {
+
+// A private cache (and scratch) directory for the whole test binary, removed at exit.
+struct Sandbox {
+  std::string dir;
+  Sandbox() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string t = std::string(tmp && *tmp ? tmp : "/tmp") + "/moejit-cli-test-XXXXXX";
+    std::vector<char> buf(t.begin(), t.end());
+    buf.push_back('\0');
+    if (!mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed");
+    dir = buf.data();
+    ::setenv("MOEJIT_CACHE_DIR", (dir + "/cache").c_str(), 1);
+    ::unsetenv("MOEJIT_NO_JIT");
+  }
+  ~Sandbox() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
+Sandbox& sandbox() {
+  static Sandbox s;
+  return s;
+}
+
+struct Result {
+  int rc = -1;
+  std::string out;  // stdout and stderr together
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+Result cli(const std::vector<std::string>& args) {
+  (void)sandbox();
+  const std::string bin = MOEJIT_CLI_PATH;
+  REQUIRE(::access(bin.c_str(), X_OK) == 0);  // build the moejit_cli target before this test
+  std::string cmd = quote(bin);
+  for (const auto& a : args) cmd += " " + quote(a);
+  cmd += " 2>&1";
+  Result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = ::pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  return r;
+}
+
+// The decode FC1 kernel the planner picks for qwen3-30b-a3b at M = 1 on sm_90a.
+std::string fc1_key() {
+  static const std::string key = [] {
+    const auto plan = make_plan(load_model_config("qwen3-30b-a3b").local(), Arch::sm_90a, 1, 132);
+    for (const auto& k : plan.kernels)
+      if (k.kind == KernelKind::decode_fc1) return k.str();
+    return std::string("no decode_fc1 kernel in the plan");
+  }();
+  return key;
+}
+
+}  // namespace
+
+TEST_CASE("cli: help and version", "[cli]") {
+  Result r = cli({"--help"});
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains("prewarm") && Catch::Contains("inspect") && Catch::Contains("bench"));
+  for (const char* c : {"prewarm", "inspect", "cache", "plan", "run", "bench", "demo", "version"}) {
+    INFO(c);
+    r = cli({c, "--help"});
+    CHECK(r.rc == 0);
+    CHECK_THAT(r.out, Catch::Contains(std::string("usage: moejit ") + c));
+  }
+  r = cli({"run", "--help"});
+  CHECK_THAT(r.out, Catch::Contains("rel_l2 <= 0.01"));  // the --check tolerance is documented
+  r = cli({"version"});
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains("nvrtc") && Catch::Contains("gpt-oss-120b"));
+}
+
+TEST_CASE("cli: plan", "[cli]") {
+  Result r = cli({"plan", "--arch", "sm_90a"});
+  INFO(r.out);
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains("gpt-oss-120b") && Catch::Contains("decode_fc1:sm_90a:mxfp4:swigluoai"));
+
+  r = cli({"plan", "--config", "qwen3-30b-a3b", "--arch", "sm_120a", "--tokens", "1,8,9", "--sm-count", "84"});
+  INFO(r.out);
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains("decode_fc1:sm_120a:nvfp4:silu:a16:E128:H2048:I768:w4n") &&
+                        Catch::Contains("84 SMs"));
+  // Every key the planner picks appears.
+  const auto cfg = load_model_config("qwen3-30b-a3b");
+  for (int m : {1, 8, 9})
+    for (const auto& k : make_plan(cfg.local(), Arch::sm_120a, m, 84).kernels) CHECK_THAT(r.out, Catch::Contains(k.str()));
+}
+
+TEST_CASE("cli: inspect source and ptx", "[cli]") {
+  Result r = cli({"inspect", fc1_key(), "--emit", "source"});
+  INFO(r.out);
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains("extern \"C\"") && Catch::Contains(KernelKey::parse(fc1_key()).entry_name()));
+
+  r = cli({"inspect", fc1_key()});  // source is the default
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains("extern \"C\""));
+
+  r = cli({"inspect", fc1_key(), "--emit", "ptx", "--arch", "sm_90a"});
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains(".target sm_90a") && Catch::Contains(".entry"));
+
+  r = cli({"inspect", fc1_key(), "--emit", "ptx", "--arch", "sm_120a"});  // --arch overrides the key's
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains(".target sm_120a"));
+}
+
+TEST_CASE("cli: inspect resources; sass fails clearly or disassembles", "[cli]") {
+  Result r = cli({"inspect", fc1_key(), "--emit", "resources"});
+  INFO(r.out);
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains("registers") && Catch::Contains("spills") && Catch::Contains("cubin"));
+  r = cli({"inspect", fc1_key(), "--emit", "sass"});
+  INFO(r.out);
+  if (r.rc == 0)
+    CHECK_THAT(r.out, Catch::Contains("moejit_decode_fc1"));
+  else
+    CHECK_THAT(r.out, Catch::Contains("cuobjdump") && Catch::Contains("nvdisasm"));
+}
+
+TEST_CASE("cli: prewarm, cache ls, verify, damage, gc, clear", "[cli]") {
+  Result r = cli({"cache", "clear"});
+  REQUIRE(r.rc == 0);
+  const auto cfg = load_model_config("qwen3-30b-a3b");
+  std::vector<KernelKey> keys = keys_for_range(cfg.local(), Arch::sm_90a, 8, 132);
+  KernelKey prep;
+  prep.kind = KernelKind::prepare;
+  prep.arch = Arch::sm_90a;
+  keys.push_back(prep.normalized());
+
+  r = cli({"prewarm", "--config", "qwen3-30b-a3b", "--arch", "sm_90a", "--max-tokens", "8", "--jobs", "2"});
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains(std::to_string(keys.size()) + " kernels") &&
+                        Catch::Contains(std::to_string(keys.size()) + " compiled") && Catch::Contains("2 worker processes"));
+  CHECK_THAT(r.out, Catch::Contains("[" + std::to_string(keys.size()) + "/" + std::to_string(keys.size()) + "]"));
+
+  r = cli({"cache", "ls"});
+  INFO(r.out);
+  CHECK(r.rc == 0);
+  for (const auto& k : keys) CHECK_THAT(r.out, Catch::Contains(k.str()));
+  CHECK_THAT(r.out, Catch::Contains(std::to_string(keys.size()) + " entries"));
+
+  r = cli({"cache", "verify"});
+  INFO(r.out);
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains(std::to_string(keys.size()) + " valid, 0 damaged"));
+
+  // A second prewarm finds everything cached.
+  r = cli({"prewarm", "--config", "qwen3-30b-a3b", "--arch", "sm_90a", "--max-tokens", "8", "--jobs", "3"});
+  INFO(r.out);
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains("0 compiled, " + std::to_string(keys.size()) + " already cached"));
+
+  r = cli({"cache", "path"});
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains(sandbox().dir + "/cache"));
+
+  // Damage one cubin: verify reports it, exits 1 and quarantines it; a later prewarm rebuilds it.
+  std::string victim;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(sandbox().dir + "/cache"))
+    if (e.path().filename() == "kernel.cubin") {
+      victim = e.path().string();
+      break;
+    }
+  REQUIRE_FALSE(victim.empty());
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    const char junk[8] = {'d', 'a', 'm', 'a', 'g', 'e', 'd', '!'};
+    f.write(junk, sizeof junk);
+  }
+  r = cli({"cache", "verify"});
+  INFO(r.out);
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.out, Catch::Contains("1 damaged"));
+  r = cli({"cache", "verify"});
+  CHECK(r.rc == 0);
+  r = cli({"prewarm", "--config", "qwen3-30b-a3b", "--arch", "sm_90a", "--max-tokens", "8", "--jobs", "2"});
+  INFO(r.out);
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains("1 compiled, " + std::to_string(keys.size() - 1) + " already cached"));
+  r = cli({"cache", "gc"});
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains("removed"));
+
+  r = cli({"cache", "clear"});
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains("removed " + std::to_string(keys.size())));
+  r = cli({"cache", "ls"});
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains("empty"));
+}
+
+TEST_CASE("cli: bad arguments exit 2 naming the argument", "[cli]") {
+  struct Case {
+    std::vector<std::string> args;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {{"prewarm", "--jobs", "x", "--arch", "sm_90a"}, "--jobs"},
+      {{"prewarm", "--jobs", "0", "--arch", "sm_90a"}, "--jobs"},
+      {{"prewarm", "--frobnicate"}, "--frobnicate"},
+      {{"prewarm", "--arch", "sm_75"}, "--arch"},
+      {{"prewarm", "--arch"}, "--arch"},
+      {{"prewarm", "--config", "no-such-model", "--arch", "sm_90a"}, "no-such-model"},
+      {{"plan", "--config", "no-such-model"}, "--config"},
+      {{"plan", "--tokens", "1,x"}, "--tokens"},
+      {{"plan", "--max-tokens", "-3"}, "--max-tokens"},
+      {{"plan", "--family", "prefill"}, "--family"},
+      {{"inspect"}, "KEY"},
+      {{"inspect", "not-a-key"}, "KEY"},
+      {{"inspect", fc1_key(), "--emit", "cubin"}, "--emit"},
+      {{"inspect", fc1_key(), "--arch", "sm_80"}, "--arch"},
+      {{"cache"}, "ACTION"},
+      {{"cache", "shred"}, "ACTION"},
+      {{"cache", "ls", "extra"}, "extra"},
+      {{"run", "--input", "i", "--output", "o"}, "--layer"},
+      {{"bench", "--tokens", "0"}, "--tokens"},
+      {{"frobnicate"}, "frobnicate"},
+  };
+  for (const auto& c : cases) {
+    Result r = cli(c.args);
+    std::string joined;
+    for (const auto& a : c.args) joined += a + " ";
+    INFO("moejit " << joined << "\n" << r.out);
+    CHECK(r.rc == 2);
+    CHECK_THAT(r.out, Catch::Contains(c.needle));
+    CHECK_THAT(r.out, Catch::Contains("error"));
+    // One line.
+    CHECK(std::count(r.out.begin(), r.out.end(), '\n') <= 1);
+  }
+}
+
+TEST_CASE("cli: run (fails clearly without a GPU, checks with one)", "[cli]") {
+  LayerSpec s;
+  s.format = ScaleFormat::nvfp4;
+  s.activation = Activation::silu;
+  s.experts = 4;
+  s.hidden = 64;
+  s.intermediate = 32;
+  s.top_k = 2;
+  const std::string dir = sandbox().dir;
+  const std::string layer = dir + "/layer.safetensors", input = dir + "/input.safetensors",
+                    output = dir + "/output.safetensors";
+  write_layer_file(layer, make_random_layer(s, 7));
+  write_input_file(input, make_random_inputs(s, 5, 8));
+  Result r = cli({"run", "--layer", layer, "--input", input, "--output", output, "--check"});
+  INFO(r.out);
+  std::string why;
+  if (!gpu_available(&why)) {
+    CHECK(r.rc != 0);
+    CHECK_THAT(r.out, Catch::Contains("GPU"));
+    CHECK_FALSE(std::filesystem::exists(output));
+  } else {
+    CHECK(r.rc == 0);
+    CHECK_THAT(r.out, Catch::Contains("PASS") && Catch::Contains("rel_l2") && Catch::Contains("cosine"));
+    int m = 0, h = 0;
+    const auto out = read_output_file(output, &m, &h);
+    CHECK(m == 5);
+    CHECK(h == 64);
+    CHECK(out.size() == 5u * 64u);
+  }
+}
+
+TEST_CASE("cli: demo on a small config", "[cli]") {
+  Result r = cli({"demo", "--config", "qwen3-30b-a3b", "--max-tokens", "4", "--jobs", "2", "--replays", "5"});
+  INFO(r.out);
+  CHECK(r.rc == 0);
+  std::string why;
+  if (!gpu_available(&why))
+    CHECK_THAT(r.out, Catch::Contains("no usable GPU") && Catch::Contains("prewarm") &&
+                          Catch::Contains("decode_fc1:sm_90a") && Catch::Contains("cache contents"));
+  else
+    CHECK_THAT(r.out, Catch::Contains("PASS") && Catch::Contains("TB/s"));
+}

@@ -1,0 +1,50 @@
+// NVRTC compiles every kernel the default config needs (M = 1..64, 132 SMs) for sm_90a and sm_120a,
+// straight through compile_source (no cache), and the sm_90a kernels do not spill.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "moejit/compiler.hpp"
+#include "moejit/generator.hpp"
+#include "moejit/model_config.hpp"
+#include "moejit/planner.hpp"
+
+using namespace moejit;
+
+namespace {
+
+std::vector<KernelKey> default_keys(Arch arch) {
+  const ModelConfig cfg = load_model_config(default_config_name());
+  std::vector<KernelKey> keys = keys_for_range(cfg.local(), arch, 64, 132);
+  KernelKey prep;  // Runtime::prepare launches the architecture's repack kernel too
+  prep.kind = KernelKind::prepare;
+  prep.arch = arch;
+  keys.push_back(prep.normalized());
+  return keys;
+}
+
+void compile_all(Arch arch, bool require_no_spills) {
+  const auto keys = default_keys(arch);
+  REQUIRE(keys.size() >= 3);
+  for (const auto& key : keys) {
+    INFO("key " << key.str());
+    REQUIRE(key.arch == arch);
+    CompileOutput out;
+    REQUIRE_NOTHROW(out = compile_source(generate_source(key), arch));
+    CHECK(out.binary.size() > 0);
+    INFO("registers " << out.registers << ", spill bytes " << out.spill_bytes << "\n" << out.log);
+    CHECK(out.registers > 0);
+    if (require_no_spills) CHECK(out.spill_bytes == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("every key of the default config compiles for sm_90a without spills", "[compile][sm_90a]") {
+  compile_all(Arch::sm_90a, /*require_no_spills=*/true);
+}
+
+TEST_CASE("every key of the default config compiles for sm_120a", "[compile][sm_120a]") {
+  compile_all(Arch::sm_120a, /*require_no_spills=*/false);
+}
