@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "generator/embedded_files.hpp"
 #include "moejit/error.hpp"
 
@@ -27,6 +29,9 @@ GeneratedSource generate_source(const KernelKey& raw) {
   out.entry = key.entry_name();
   out.name = out.entry + ".cu";
   const int threads = key.warps * 32;
+  // Decode kernels hide latency with resident warps: cap registers so that at least 512 threads per
+  // SM stay resident. Wide token tiles (4+) keep their accumulators instead.
+  const int min_blocks = key.ntiles >= 4 ? 1 : std::max(1, 512 / threads);
   std::string header = fmt::format("// moejit generated kernel\n// key: {}\n", key.str());
   switch (key.kind) {
     case KernelKind::prepare:
@@ -48,19 +53,19 @@ GeneratedSource generate_source(const KernelKey& raw) {
     case KernelKind::decode_fc1:
       out.source = header + fmt::format(
           "#include \"moe_decode_fc1.cuh\"\n"
-          "extern \"C\" __global__ void __launch_bounds__({0}) {1}(const DecodeFc1Params p) {{\n"
-          "  moe_decode_fc1<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}>(p);\n}}\n",
+          "extern \"C\" __global__ void __launch_bounds__({0}, {13}) {1}(const DecodeFc1Params p) {{\n"
+          "  moe_decode_fc1<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}>(p);\n}}\n",
           threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), act_code(key.activation),
           cpp_bool(key.limit), cpp_bool(key.bias), key.experts, key.hidden, key.intermediate, key.warps, key.ntiles,
-          cpp_bool(key.inline_route));
+          key.depth, cpp_bool(key.inline_route), min_blocks);
       break;
     case KernelKind::decode_fc2:
       out.source = header + fmt::format(
           "#include \"moe_decode_fc2.cuh\"\n"
-          "extern \"C\" __global__ void __launch_bounds__({0}) {1}(const DecodeFc2Params p) {{\n"
-          "  moe_decode_fc2<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}>(p);\n}}\n",
+          "extern \"C\" __global__ void __launch_bounds__({0}, {11}) {1}(const DecodeFc2Params p) {{\n"
+          "  moe_decode_fc2<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}>(p);\n}}\n",
           threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), cpp_bool(key.bias), key.experts,
-          key.hidden, key.intermediate, key.warps, key.ntiles, cpp_bool(key.inline_route));
+          key.hidden, key.intermediate, key.warps, key.ntiles, key.depth, cpp_bool(key.inline_route), min_blocks);
       break;
   }
   return out;

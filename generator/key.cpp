@@ -27,9 +27,9 @@ KernelKind parse_kernel_kind(std::string_view s) {
 }
 
 std::string KernelKey::str() const {
-  return fmt::format("{}:{}:{}:{}:{}:E{}:H{}:I{}:w{}n{}:b{}:l{}:i{}", to_string(kind), to_string(arch),
+  return fmt::format("{}:{}:{}:{}:{}:E{}:H{}:I{}:w{}n{}d{}:b{}:l{}:i{}", to_string(kind), to_string(arch),
                      to_string(format), to_string(activation), to_string(precision), experts, hidden,
-                     intermediate, warps, ntiles, bias ? 1 : 0, limit ? 1 : 0, inline_route ? 1 : 0);
+                     intermediate, warps, ntiles, depth, bias ? 1 : 0, limit ? 1 : 0, inline_route ? 1 : 0);
 }
 
 namespace {
@@ -64,7 +64,7 @@ KernelKey KernelKey::parse(std::string_view s) {
   if (p.size() != 12)
     throw Error(fmt::format(
         "kernel key '{}' has {} fields; expected 12: "
-        "kind:arch:format:activation:precision:E<n>:H<n>:I<n>:w<n>n<n>:b<0|1>:l<0|1>:i<0|1>",
+        "kind:arch:format:activation:precision:E<n>:H<n>:I<n>:w<n>n<n>d<n>:b<0|1>:l<0|1>:i<0|1>",
         s, p.size()));
   KernelKey k;
   k.kind = parse_kernel_kind(p[0]);
@@ -76,11 +76,12 @@ KernelKey KernelKey::parse(std::string_view s) {
   k.hidden = parse_prefixed(p[6], 'H', "hidden", s);
   k.intermediate = parse_prefixed(p[7], 'I', "intermediate", s);
   auto tile = p[8];
-  auto npos = tile.find('n');
-  if (tile.empty() || tile[0] != 'w' || npos == std::string_view::npos)
-    throw Error(fmt::format("kernel key '{}': tile field '{}' must look like w4n1", s, tile));
+  auto npos = tile.find('n'), dpos = tile.find('d');
+  if (tile.empty() || tile[0] != 'w' || npos == std::string_view::npos || dpos == std::string_view::npos || dpos < npos)
+    throw Error(fmt::format("kernel key '{}': tile field '{}' must look like w8n1d4", s, tile));
   k.warps = parse_int_field(tile.substr(1, npos - 1), "warps", s);
-  k.ntiles = parse_int_field(tile.substr(npos + 1), "ntiles", s);
+  k.ntiles = parse_int_field(tile.substr(npos + 1, dpos - npos - 1), "ntiles", s);
+  k.depth = parse_int_field(tile.substr(dpos + 1), "depth", s);
   int b = parse_prefixed(p[9], 'b', "bias", s), l = parse_prefixed(p[10], 'l', "limit", s),
       in = parse_prefixed(p[11], 'i', "inline_route", s);
   if ((b != 0 && b != 1) || (l != 0 && l != 1) || (in != 0 && in != 1))
@@ -114,6 +115,7 @@ KernelKey KernelKey::normalized() const {
     r.experts = k.experts;
     r.warps = k.warps;
     r.ntiles = 1;
+    r.depth = 1;
     r.hidden = 0;
     r.intermediate = 0;
     return r;
@@ -124,6 +126,7 @@ KernelKey KernelKey::normalized() const {
   if (k.intermediate <= 0 || k.intermediate % block)
     throw Error(fmt::format("kernel key {}: intermediate must be a positive multiple of {}", str(), block));
   if (k.ntiles < 1 || k.ntiles > 8) throw Error(fmt::format("kernel key {}: ntiles must be in [1, 8]", str()));
+  if (k.depth < 1 || k.depth > 8) throw Error(fmt::format("kernel key {}: depth must be in [1, 8]", str()));
   if (k.inline_route && k.experts > 1024)
     throw Error(fmt::format("kernel key {}: inline routing covers at most 1024 experts", str()));
   if (k.precision != ActPrecision::a16)

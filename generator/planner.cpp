@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <set>
 
 #include "moejit/error.hpp"
@@ -39,6 +41,18 @@ int decode_ntiles(const LayerSpec& spec, int tokens) {
   return std::clamp(nt, 1, 8);
 }
 
+// MOEJIT_DECODE_TILE="w<warps>d<depth>" overrides the decode tile, for tuning sweeps with `moejit
+// bench` (keys stay canonical, so the cache and prewarm see exactly what runs).
+void apply_tuning_overrides(KernelKey& k) {
+  const char* env = std::getenv("MOEJIT_DECODE_TILE");
+  if (!env || !*env) return;
+  int warps = 0, depth = 0;
+  if (std::sscanf(env, "w%dd%d", &warps, &depth) != 2 || warps < 1 || warps > 16 || depth < 1 || depth > 8)
+    throw Error(fmt::format("MOEJIT_DECODE_TILE='{}' must look like w4d2 (warps 1..16, depth 1..8)", env));
+  k.warps = warps;
+  k.depth = depth;
+}
+
 KernelKey base_key(const LayerSpec& spec, Arch arch) {
   KernelKey k;
   k.arch = arch;
@@ -69,12 +83,17 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   route.warps = 16;
   KernelKey fc1 = base_key(spec, arch);
   fc1.kind = KernelKind::decode_fc1;
-  fc1.warps = 4;
   fc1.ntiles = decode_ntiles(spec, std::max(tokens, 1));
+  // Four warps split K, each two chunks ahead (measured best of w2..w8 x d1..d4 on the H200, see
+  // docs/PERFORMANCE.md); the widest token tiles need the registers for their accumulators.
+  fc1.warps = 4;
+  fc1.depth = fc1.ntiles <= 4 ? 2 : 1;
+  apply_tuning_overrides(fc1);
   // Few pairs: every decode CTA routes for itself, saving the route launch.
   fc1.inline_route = static_cast<long long>(tokens) * spec.top_k <= kInlineRouteMaxPairs && spec.experts <= 1024;
   KernelKey fc2 = fc1;
   fc2.kind = KernelKind::decode_fc2;
+  apply_tuning_overrides(fc2);
   if (fc1.inline_route)
     plan.kernels = {fc1.normalized(), fc2.normalized()};
   else

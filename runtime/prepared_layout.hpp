@@ -10,8 +10,8 @@ struct PlaneGeometry {
   int experts = 0, slabs = 0, chunks = 0, mats = 0, k = 0, block = 0;
   size_t runs() const { return static_cast<size_t>(experts) * slabs * chunks * mats * 32; }
   size_t weight_bytes() const { return runs() * 16; }
-  size_t scale_pairs() const { return static_cast<size_t>(experts) * slabs * chunks * mats * (64 / block) * 8; }
-  size_t scale_bytes() const { return scale_pairs() * 2; }
+  // One byte per (row, scale block): 16 rows x 64/block blocks per (slab, chunk, matrix).
+  size_t scale_bytes() const { return static_cast<size_t>(experts) * slabs * chunks * mats * 16 * (64 / block); }
 };
 
 inline PlaneGeometry fc1_geometry(const LayerSpec& s) {

@@ -41,12 +41,22 @@ MOEJIT_DEVICE u32x4 ld_stream_16(const void* p) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
-MOEJIT_DEVICE u16 ld_stream_u16(const void* p) {
-  u16 v;
-  asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+MOEJIT_DEVICE u32x2 ld_stream_8(const void* p) {
+  u32x2 v;
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+MOEJIT_DEVICE u32 ld_stream_4(const void* p) {
+  u32 v;
+  asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
   return v;
 }
 // Activation rows (volatile: must stay after griddepcontrol.wait in programmatic dependents).
+MOEJIT_DEVICE u32x2 ld_nc_8(const void* p) {
+  u32x2 v;
+  asm volatile("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
 MOEJIT_DEVICE u32x4 ld_nc_16(const void* p) {
   u32x4 v;
   asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));

@@ -8,7 +8,7 @@
 
 struct DecodeFc1Params {
   const u32x4* w;            // prepared FC1 weights [E][I/16][chunks][mats][32 lanes] x 16 B
-  const u16* s;              // prepared FC1 scales  [E][I/16][chunks][mats][blocks][8]
+  const u8* s;               // prepared FC1 scales  [E][I/16][chunks][mats][8 groups][2 rows][blocks]
   const float* gscale;       // [E] (NVFP4) or null
   const float* bias;         // [E][mats][I] or null
   const u16* x;              // [M][H] bf16
@@ -19,7 +19,7 @@ struct DecodeFc1Params {
   RoutingArgs route;
 };
 
-template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, bool kInline>
+template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kDepth, bool kInline>
 __device__ void moe_decode_fc1(const DecodeFc1Params& p) {
   constexpr int kMats = kAct == kActRelu2 ? 1 : 2;
   constexpr int kChunks = (kH + 63) / 64;
@@ -39,8 +39,10 @@ __device__ void moe_decode_fc1(const DecodeFc1Params& p) {
   const int lane = lane_id(), warp = threadIdx.x >> 5, g = lane >> 2, c4 = lane & 3;
   const size_t slab_index = (size_t)e * kSlabs + slab;
   const u32x4* w = p.w + slab_index * kChunks * kMats * 32 + lane;
-  const u16* s = p.s + slab_index * kChunks * kMats * SG::kU16PerChunk;
-  const float gs = kNvfp4 ? p.gscale[e] : 1.f;
+  const u8* s = p.s + slab_index * kChunks * kMats * SG::kBytesPerChunk;
+  // NVFP4: global scale and the 2^62 correction of the MMA scaling (MXFP4 folds it into its
+    // block scales).
+    const float gs = kNvfp4 ? p.gscale[e] * kAccScale : 1.f;
 
   for (int pass = 0; pass < count; pass += 8 * kNT) {
     const int live = min(kNT, (count - pass + 7) / 8);
@@ -51,7 +53,7 @@ __device__ void moe_decode_fc1(const DecodeFc1Params& p) {
       rows[nt] = t < count ? p.x + (size_t)(work.pairs[t] / p.route.top_k) * kH : nullptr;
     }
     float acc[kNT][kMats][4];
-    slab_mma<kNvfp4, kH, kMats, kWarps, kNT>(w, s, rows, live, acc, false);
+    slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kDepth>(w, s, rows, live, acc, false);
     reduce_over_warps<kMats, kWarps, kNT>(acc, red);
     if (warp == 0) {
 #pragma unroll

@@ -11,7 +11,7 @@
 
 struct DecodeFc2Params {
   const u32x4* w;            // prepared FC2 weights [E][H/16][chunks][32 lanes] x 16 B
-  const u16* s;              // prepared FC2 scales
+  const u8* s;              // prepared FC2 scales
   const float* gscale;       // [E] (NVFP4) or null
   const float* bias;         // [E][H] or null
   const u16* act;            // [M*K][I] bf16 from FC1, row q
@@ -23,7 +23,7 @@ struct DecodeFc2Params {
   RoutingArgs route;
 };
 
-template <bool kNvfp4, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, bool kInline>
+template <bool kNvfp4, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kDepth, bool kInline>
 __device__ void moe_decode_fc2(const DecodeFc2Params& p) {
   constexpr int kChunks = (kI + 63) / 64;
   constexpr int kSlabs = kH / 16;
@@ -45,8 +45,10 @@ __device__ void moe_decode_fc2(const DecodeFc2Params& p) {
     const int e = work.expert, count = work.count;
     const size_t slab_index = (size_t)e * kSlabs + slab;
     const u32x4* w = p.w + slab_index * kChunks * 32 + lane;
-    const u16* s = p.s + slab_index * kChunks * SG::kU16PerChunk;
-    const float gs = kNvfp4 ? p.gscale[e] : 1.f;
+    const u8* s = p.s + slab_index * kChunks * SG::kBytesPerChunk;
+    // NVFP4: global scale and the 2^62 correction of the MMA scaling (MXFP4 folds it into its
+    // block scales).
+    const float gs = kNvfp4 ? p.gscale[e] * kAccScale : 1.f;
     for (int pass = 0; pass < count; pass += 8 * kNT) {
       const int live = min(kNT, (count - pass + 7) / 8);
       const u16* rows[kNT];
@@ -57,7 +59,7 @@ __device__ void moe_decode_fc2(const DecodeFc2Params& p) {
       }
       float acc[kNT][1][4];
       // The first pass waits for FC1 after issuing its first weight loads.
-      slab_mma<kNvfp4, kI, 1, kWarps, kNT>(w, s, rows, live, acc, !waited);
+      slab_mma<kNvfp4, kI, 1, kWarps, kNT, kDepth>(w, s, rows, live, acc, !waited);
       waited = true;
       reduce_over_warps<1, kWarps, kNT>(acc, red);
       if (warp == 0) {

@@ -8,7 +8,7 @@ struct RepackParams {
   const u8* src;        // [E][logical rows][K/2] packed e2m1
   const u8* src_scale;  // [E][logical rows][K/block] scale codes
   u32x4* dst;           // [E][slabs][chunks][mats][32] runs
-  u16* dst_scale;       // [E][slabs][chunks][mats][64/block][8] packed pairs
+  u8* dst_scale;        // [E][slabs][chunks][mats][8 row groups][2 rows][64/block blocks]
   i32 experts, slabs, mats, k, chunks, logical_rows, rows_per_mat, block, order;
 };
 
@@ -41,7 +41,7 @@ MOEJIT_DEVICE void repack_weights(const RepackParams& p) {
     u32 w = 0;
     for (int nib = 0; nib < 8; ++nib) {
       const int part = nib & 3, high = nib >> 2;
-      const int kk = chunk * 64 + 16 * c4 + 4 * s + (part >= 2 ? 2 : 0) + high;
+      const int kk = chunk * 64 + 16 * s + 4 * c4 + (part >= 2 ? 2 : 0) + high;
       u32 code = 0;
       if (kk < p.k) code = (rows[part & 1][kk >> 1] >> ((kk & 1) * 4)) & 0xFu;
       w |= code << (4 * nib);
@@ -53,23 +53,18 @@ MOEJIT_DEVICE void repack_weights(const RepackParams& p) {
 
 MOEJIT_DEVICE void repack_scales(const RepackParams& p) {
   const int per_chunk = 64 / p.block;
-  const long long total = (long long)p.experts * p.slabs * p.chunks * p.mats * per_chunk * 8;
+  const long long total = (long long)p.experts * p.slabs * p.chunks * p.mats * 16 * per_chunk;
   const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= total) return;
   long long rest = idx;
-  const int g = (int)(rest % 8); rest /= 8;
   const int b = (int)(rest % per_chunk); rest /= per_chunk;
+  const int h = (int)(rest % 2); rest /= 2;
+  const int g = (int)(rest % 8); rest /= 8;
   const int mat = (int)(rest % p.mats); rest /= p.mats;
   const int chunk = (int)(rest % p.chunks); rest /= p.chunks;
   const int slab = (int)(rest % p.slabs); rest /= p.slabs;
   const int e = (int)rest;
   const int kb = chunk * per_chunk + b, nblocks = p.k / p.block;
-  u32 packed = 0;
-  for (int h = 0; h < 2; ++h) {
-    const int r = slab * 16 + g + 8 * h;
-    const long long row = (long long)e * p.logical_rows + repack_logical_row(p, mat, r);
-    const u32 code = kb < nblocks ? p.src_scale[row * nblocks + kb] : 0u;
-    packed |= code << (8 * h);
-  }
-  p.dst_scale[idx] = (u16)packed;
+  const long long row = (long long)e * p.logical_rows + repack_logical_row(p, mat, slab * 16 + g + 8 * h);
+  p.dst_scale[idx] = kb < nblocks ? p.src_scale[row * nblocks + kb] : (u8)0;
 }

@@ -8,23 +8,27 @@
 
 template <bool kNvfp4>
 struct ScaleGeometry {
-  static constexpr int kBlocksPerChunk = kNvfp4 ? 4 : 2;  // scale blocks per 64-wide K chunk
-  static constexpr int kU16PerChunk = kBlocksPerChunk * 8; // one u16 (rows g, g+8) per block and g
-  // The packed scale pair a lane needs: its 16-wide K run lies in block 16*(lane%4)/blocksize.
-  static MOEJIT_DEVICE int lane_index(int lane) { return (kNvfp4 ? (lane & 3) : ((lane & 3) >> 1)) * 8 + (lane >> 2); }
+  // Scale bytes per (chunk, matrix): 8 row groups x 2 rows x blocks per chunk (4 of 16 or 2 of 32).
+  static constexpr int kBytesPerChunk = kNvfp4 ? 64 : 32;
+  static constexpr int kBytesPerLane = kBytesPerChunk / 8;  // every lane of row group g reads g's bytes
 };
 
 // w: this slab's first 16-byte run for this lane (chunk 0, matrix 0); runs of chunk c, matrix m are at
 // w + (c * kMats + m) * 32. s: this slab's scale plane; b_rows[nt]: the bf16 row of the token that is
 // column (lane/4) of n-tile nt, or nullptr (column contributes zeros).
-template <bool kNvfp4, int kK, int kMats, int kWarps, int kNT>
-MOEJIT_DEVICE void slab_mma(const u32x4* w, const u16* s, const u16* const (&b_rows)[kNT], int live_tiles,
+//
+// The loop over this warp's chunks runs kDepth chunks ahead, so each lane keeps kDepth * kMats
+// 16-byte weight loads in flight. Each k16 step's MMA result is scaled by its block scale in fp32
+// (every lane of a step shares the scale block), so weights go to the tensor cores undecorated.
+template <bool kNvfp4, int kK, int kMats, int kWarps, int kNT, int kDepth>
+MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_rows)[kNT], int live_tiles,
                             float (&acc)[kNT][kMats][4], bool wait_primary_after_prefetch) {
   using SG = ScaleGeometry<kNvfp4>;
   constexpr int kChunks = (kK + 63) / 64;
+  constexpr int kIters = (kChunks + kWarps - 1) / kWarps;  // chunks of the busiest warp
   const int lane = lane_id(), warp = threadIdx.x >> 5;
-  const int sidx = SG::lane_index(lane);
-  const int kofs = 16 * (lane & 3);
+  const int g = lane >> 2;
+  const int kofs = 4 * (lane & 3);
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
@@ -32,64 +36,89 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u16* s, const u16* const (&b_r
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[nt][m][i] = 0.f;
 
-  // Two chunks in flight per warp: the next chunk's weights and scales are loaded before the current
-  // one is decoded, so each lane keeps 2 * kMats 16-byte loads outstanding.
-  u32x4 wn[kMats];
-  u32 sn[kMats];
-  int c = warp;
-  if (c < kChunks) {
+  u32x4 wq[kDepth][kMats];
+  u32x2 sq[kDepth][kMats];
+  // Loads chunk iteration `it` of this warp into ring slot `slot` (nothing past the end).
+  auto issue = [&](int it, int slot) {
+    const int c = warp + it * kWarps;
+    if (it < kIters && c < kChunks) {
 #pragma unroll
-    for (int m = 0; m < kMats; ++m) {
-      wn[m] = ld_stream_16(w + (c * kMats + m) * 32);
-      sn[m] = ld_stream_u16(s + (c * kMats + m) * SG::kU16PerChunk + sidx);
+      for (int m = 0; m < kMats; ++m) {
+        wq[slot][m] = ld_stream_16(w + (c * kMats + m) * 32);
+        const u8* sp = s + (c * kMats + m) * SG::kBytesPerChunk + g * SG::kBytesPerLane;
+        sq[slot][m] = kNvfp4 ? ld_stream_8(sp) : u32x2{ld_stream_4(sp), 0u};
+      }
     }
-  }
+  };
+#pragma unroll
+  for (int it = 0; it < kDepth; ++it) issue(it, it);
   // Weights never depend on the previous kernel, so a programmatic dependent waits only here, after
   // its first loads are in flight and before touching the previous kernel's outputs (b_rows).
   if (wait_primary_after_prefetch) pdl_wait_primary();
-  for (; c < kChunks; c += kWarps) {
+
+  // Rolled over groups of kDepth iterations, unrolled inside a group so that ring slots are
+  // compile-time register indices (a full unroll spills at large K).
+#pragma unroll 1
+  for (int base = 0; base < kIters; base += kDepth) {
+#pragma unroll
+  for (int j = 0; j < kDepth; ++j) {
+    const int it = base + j;
+    const int c = warp + it * kWarps;
+    if (it >= kIters || c >= kChunks) break;
     u32x4 wc[kMats];
-    u32 sc[kMats];
+    u32x2 sc[kMats];
 #pragma unroll
-    for (int m = 0; m < kMats; ++m) { wc[m] = wn[m]; sc[m] = sn[m]; }
-    const int cn = c + kWarps;
-    if (cn < kChunks) {
-#pragma unroll
-      for (int m = 0; m < kMats; ++m) {
-        wn[m] = ld_stream_16(w + (cn * kMats + m) * 32);
-        sn[m] = ld_stream_u16(s + (cn * kMats + m) * SG::kU16PerChunk + sidx);
-      }
-    }
+    for (int m = 0; m < kMats; ++m) { wc[m] = wq[j][m]; sc[m] = sq[j][m]; }
+    issue(it + kDepth, j);
     const int k0 = c * 64 + kofs;
-    u32x4 xv[kNT][2];
+    // NVFP4: one scale block per k16 step; MXFP4: steps (0,1) and (2,3) share one.
+    constexpr int kStepsPerBlock = kNvfp4 ? 1 : 2;
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-      if (b_rows[nt] != nullptr && (kK % 64 == 0 || k0 < kK)) {
-        xv[nt][0] = ld_nc_16(b_rows[nt] + k0);
-        xv[nt][1] = ld_nc_16(b_rows[nt] + k0 + 8);
-      } else {
-        xv[nt][0] = xv[nt][1] = u32x4{0u, 0u, 0u, 0u};
-      }
-    }
+    for (int st0 = 0; st0 < 4; st0 += kStepsPerBlock) {
+      float d[kMats][kNT][4];
 #pragma unroll
-    for (int m = 0; m < kMats; ++m) {
-      u32 sg, sg8;
-      decode_scale_pair<kNvfp4>(sc[m], sg, sg8);
-      const u32 words[4] = {wc[m].x, wc[m].y, wc[m].z, wc[m].w};
+      for (int m = 0; m < kMats; ++m)
 #pragma unroll
-      for (int st = 0; st < 4; ++st) {
-        u32 a[4];
-        fp4_decode_word(words[st], sg, sg8, a);
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) d[m][nt][i] = 0.f;
+#pragma unroll
+      for (int st = st0; st < st0 + kStepsPerBlock; ++st) {
+        // This step's activation piece (8 bytes per token), pre-scaled by 2^64.
+        u32x2 xv[kNT];
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
-          if (nt < live_tiles) {
-            const u32x4& xq = xv[nt][st >> 1];
-            const u32 b0 = (st & 1) ? xq.z : xq.x, b1 = (st & 1) ? xq.w : xq.y;
-            mma_bf16_16816(acc[nt][m], a, b0, b1);
+          if (b_rows[nt] != nullptr && (kK % 64 == 0 || k0 + 16 * st < kK)) {
+            const u32x2 v = ld_nc_8(b_rows[nt] + k0 + 16 * st);
+            xv[nt] = u32x2{bf16x2_mul(v.x, kActScaleBf16x2), bf16x2_mul(v.y, kActScaleBf16x2)};
+          } else {
+            xv[nt] = u32x2{0u, 0u};
           }
+        }
+#pragma unroll
+        for (int m = 0; m < kMats; ++m) {
+          const u32 word = st == 0 ? wc[m].x : st == 1 ? wc[m].y : st == 2 ? wc[m].z : wc[m].w;
+          u32 a[4];
+          fp4_decode_word(word, a);
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt)
+            if (nt == 0 || nt < live_tiles) mma_bf16_16816(d[m][nt], a, xv[nt].x, xv[nt].y);
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) {
+        float sg, sg8;
+        step_scales<kNvfp4>(sc[m], st0, sg, sg8);
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          acc[nt][m][0] = fmaf(d[m][nt][0], sg, acc[nt][m][0]);
+          acc[nt][m][1] = fmaf(d[m][nt][1], sg, acc[nt][m][1]);
+          acc[nt][m][2] = fmaf(d[m][nt][2], sg8, acc[nt][m][2]);
+          acc[nt][m][3] = fmaf(d[m][nt][3], sg8, acc[nt][m][3]);
         }
       }
     }
+  }
   }
 }
 

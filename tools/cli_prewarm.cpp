@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -303,6 +304,11 @@ int cmd_prewarm(int argc, char** argv) {
   const int sms = sm_count_from_args(args);
   const LayerSpec local = cfg.local();
   const auto keys = prewarm_keys(local, arch, max_tokens, sms);
+  if (const char* nj = std::getenv("MOEJIT_NO_JIT"); nj && *nj && std::string(nj) != "0") {
+    // Servers run with MOEJIT_NO_JIT=1 so that they never compile; prewarm is how their cache gets filled.
+    fmt::print(stderr, "moejit prewarm: note: ignoring MOEJIT_NO_JIT={} (prewarm compiles what is missing)\n", nj);
+    ::unsetenv("MOEJIT_NO_JIT");
+  }
   fmt::print("prewarm {} ({}) for {}, M 1..{}: {} kernels, cache {}\n", cfg.name, describe_spec(local),
              note.empty() ? std::string(to_string(arch)) : note, max_tokens, keys.size(), KernelCache::resolve_root(""));
   std::fflush(stdout);

@@ -48,7 +48,7 @@ void repack_plane(ModuleRegistry& modules, Arch arch, CUstream stream, const Pla
   const unsigned block = static_cast<unsigned>(key.warps * 32);
   auto grid_for = [&](size_t n) { return static_cast<unsigned>((n + block - 1) / block); };
   launch(modules.function(key, stream, "_weights"), LaunchShape{grid_for(geo.runs()), 1, 1, block, 0}, stream, &p);
-  launch(modules.function(key, stream, "_scales"), LaunchShape{grid_for(geo.scale_pairs()), 1, 1, block, 0}, stream, &p);
+  launch(modules.function(key, stream, "_scales"), LaunchShape{grid_for(geo.scale_bytes()), 1, 1, block, 0}, stream, &p);
 }
 
 DeviceBuffer copy_device(DevicePtr src, size_t bytes, CUstream stream) {
