@@ -34,21 +34,22 @@ MOEJIT_DEVICE u32 bf16x2_mul(u32 a, u32 b) {
   return r;
 }
 
-// Streaming 16-byte load of data read exactly once (weights): skip L1 allocation.
+// Streaming loads of data read exactly once (weights, scales): skip L1 allocation. volatile: a
+// non-volatile asm counts as side-effect free and may be speculated out of its bounds check.
 MOEJIT_DEVICE u32x4 ld_stream_16(const void* p) {
   u32x4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
 MOEJIT_DEVICE u32x2 ld_stream_8(const void* p) {
   u32x2 v;
-  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
   return v;
 }
 MOEJIT_DEVICE u32 ld_stream_4(const void* p) {
   u32 v;
-  asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
   return v;
 }
 // Activation rows (volatile: must stay after griddepcontrol.wait in programmatic dependents).

@@ -41,8 +41,8 @@ __device__ void moe_decode_fc1(const DecodeFc1Params& p) {
   const u32x4* w = p.w + slab_index * kChunks * kMats * 32 + lane;
   const u8* s = p.s + slab_index * kChunks * kMats * SG::kBytesPerChunk;
   // NVFP4: global scale and the 2^62 correction of the MMA scaling (MXFP4 folds it into its
-    // block scales).
-    const float gs = kNvfp4 ? p.gscale[e] * kAccScale : 1.f;
+  // block scales).
+  const float gs = kNvfp4 ? p.gscale[e] * kAccScale : 1.f;
 
   for (int pass = 0; pass < count; pass += 8 * kNT) {
     const int live = min(kNT, (count - pass + 7) / 8);
