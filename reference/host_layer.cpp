@@ -113,4 +113,20 @@ float HostLayer::fc2_weight(int e, int row, int k) const {
   return dequant(*this, w2, w2_scale, w2_global_scale, e, row, k, spec.hidden, spec.intermediate, "fc2_weight");
 }
 
+HostLayer allocate_layer(const LayerSpec& spec) {
+  const int64_t E = spec.experts, H = spec.hidden, I = spec.intermediate, rows = spec.fc1_rows();
+  const int block = scale_block(spec.format);
+  HostLayer layer;
+  layer.spec = spec;
+  layer.w13.assign(E * rows * H / 2, 0);
+  layer.w13_scale.assign(E * rows * H / block, 0);
+  layer.w2.assign(E * H * I / 2, 0);
+  layer.w2_scale.assign(E * H * I / block, 0);
+  if (spec.format == ScaleFormat::nvfp4) {
+    layer.w13_global_scale.assign(E, 0.0f);
+    layer.w2_global_scale.assign(E, 0.0f);
+  }
+  return layer;
+}
+
 }  // namespace moejit

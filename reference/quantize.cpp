@@ -219,16 +219,7 @@ HostLayer quantize_layer(const LayerSpec& spec, const std::vector<float>& fc1, c
     throw Error("quantize_layer: biases were given but spec.has_bias is false");
   }
 
-  HostLayer layer;
-  layer.spec = spec;
-  layer.w13.assign(E * rows * H / 2, 0);
-  layer.w13_scale.assign(E * rows * H / block, 0);
-  layer.w2.assign(E * H * I / 2, 0);
-  layer.w2_scale.assign(E * H * I / block, 0);
-  if (spec.format == ScaleFormat::nvfp4) {
-    layer.w13_global_scale.assign(E, 0.0f);
-    layer.w2_global_scale.assign(E, 0.0f);
-  }
+  HostLayer layer = allocate_layer(spec);
   if (spec.has_bias) {
     layer.w13_bias = fc1_bias;
     layer.w2_bias = fc2_bias;

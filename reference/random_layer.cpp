@@ -36,16 +36,7 @@ HostLayer make_random_layer(const LayerSpec& spec, uint64_t seed) {
   const int64_t E = spec.experts, H = spec.hidden, I = spec.intermediate, rows = spec.fc1_rows();
   const int block = scale_block(spec.format);
 
-  HostLayer layer;
-  layer.spec = spec;
-  layer.w13.assign(E * rows * H / 2, 0);
-  layer.w13_scale.assign(E * rows * H / block, 0);
-  layer.w2.assign(E * H * I / 2, 0);
-  layer.w2_scale.assign(E * H * I / block, 0);
-  if (spec.format == ScaleFormat::nvfp4) {
-    layer.w13_global_scale.assign(E, 0.0f);
-    layer.w2_global_scale.assign(E, 0.0f);
-  }
+  HostLayer layer = allocate_layer(spec);
 
   // Same quantizer as quantize_layer, one expert at a time (fp32 buffers of one expert per thread).
   const double cost = static_cast<double>(rows * H + H * I) * 8;

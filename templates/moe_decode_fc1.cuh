@@ -24,7 +24,6 @@ __device__ void moe_decode_fc1(const DecodeFc1Params& p) {
   constexpr int kMats = kAct == kActRelu2 ? 1 : 2;
   constexpr int kChunks = (kH + 63) / 64;
   constexpr int kSlabs = kI / 16;
-  using SG = ScaleGeometry<kNvfp4>;
   __shared__ float red[kWarps > 1 ? kWarps * kNT * kMats * 4 * 32 : 1];
   __shared__ InlineRouteShared route_sh;
 
@@ -37,12 +36,8 @@ __device__ void moe_decode_fc1(const DecodeFc1Params& p) {
   if (slot >= work.num_active) return;
   const int e = work.expert, count = work.count;
   const int lane = lane_id(), warp = threadIdx.x >> 5, g = lane >> 2, c4 = lane & 3;
-  const size_t slab_index = (size_t)e * kSlabs + slab;
-  const u32x4* w = p.w + slab_index * kChunks * kMats * 32 + lane;
-  const u8* s = p.s + slab_index * kChunks * kMats * SG::kBytesPerChunk;
-  // NVFP4: global scale and the 2^62 correction of the MMA scaling (MXFP4 folds it into its
-  // block scales).
-  const float gs = kNvfp4 ? p.gscale[e] * kAccScale : 1.f;
+  const SlabOperands ops = slab_operands<kNvfp4, kChunks, kMats, kSlabs>(p.w, p.s, p.gscale, e, slab);
+  const float gs = ops.gs;
 
   for (int pass = 0; pass < count; pass += 8 * kNT) {
     const int live = min(kNT, (count - pass + 7) / 8);
@@ -53,7 +48,7 @@ __device__ void moe_decode_fc1(const DecodeFc1Params& p) {
       rows[nt] = t < count ? p.x + (size_t)(work.pairs[t] / p.route.top_k) * kH : nullptr;
     }
     float acc[kNT][kMats][4];
-    slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kDepth>(w, s, rows, live, acc, false);
+    slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kDepth>(ops.w, ops.s, rows, live, acc, false);
     reduce_over_warps<kMats, kWarps, kNT>(acc, red);
     if (warp == 0) {
 #pragma unroll

@@ -27,7 +27,6 @@ template <bool kNvfp4, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, 
 __device__ void moe_decode_fc2(const DecodeFc2Params& p) {
   constexpr int kChunks = (kI + 63) / 64;
   constexpr int kSlabs = kH / 16;
-  using SG = ScaleGeometry<kNvfp4>;
   __shared__ float red[kWarps > 1 ? kWarps * kNT * 4 * 32 : 1];
   __shared__ InlineRouteShared route_sh;
   __shared__ int is_last;
@@ -43,12 +42,8 @@ __device__ void moe_decode_fc2(const DecodeFc2Params& p) {
 
   if (slot < work.num_active) {
     const int e = work.expert, count = work.count;
-    const size_t slab_index = (size_t)e * kSlabs + slab;
-    const u32x4* w = p.w + slab_index * kChunks * 32 + lane;
-    const u8* s = p.s + slab_index * kChunks * SG::kBytesPerChunk;
-    // NVFP4: global scale and the 2^62 correction of the MMA scaling (MXFP4 folds it into its
-    // block scales).
-    const float gs = kNvfp4 ? p.gscale[e] * kAccScale : 1.f;
+    const SlabOperands ops = slab_operands<kNvfp4, kChunks, 1, kSlabs>(p.w, p.s, p.gscale, e, slab);
+    const float gs = ops.gs;
     for (int pass = 0; pass < count; pass += 8 * kNT) {
       const int live = min(kNT, (count - pass + 7) / 8);
       const u16* rows[kNT];
@@ -59,7 +54,7 @@ __device__ void moe_decode_fc2(const DecodeFc2Params& p) {
       }
       float acc[kNT][1][4];
       // The first pass waits for FC1 after issuing its first weight loads.
-      slab_mma<kNvfp4, kI, 1, kWarps, kNT, kDepth>(w, s, rows, live, acc, !waited);
+      slab_mma<kNvfp4, kI, 1, kWarps, kNT, kDepth>(ops.w, ops.s, rows, live, acc, !waited);
       waited = true;
       reduce_over_warps<1, kWarps, kNT>(acc, red);
       if (warp == 0) {

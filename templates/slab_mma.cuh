@@ -13,6 +13,23 @@ struct ScaleGeometry {
   static constexpr int kBytesPerLane = kBytesPerChunk / 8;  // every lane of row group g reads g's bytes
 };
 
+// Where one expert's 16-row slab lives in a prepared plane, and its fp32 output multiplier.
+struct SlabOperands {
+  const u32x4* w;  // this lane's first 16-byte run (chunk 0, matrix 0)
+  const u8* s;     // the slab's scale bytes
+  float gs;        // NVFP4: global scale x the 2^62 MMA-scaling correction (MXFP4 folds it into the
+                   // block scales: 1)
+};
+
+template <bool kNvfp4, int kChunks, int kMats, int kSlabs>
+MOEJIT_DEVICE SlabOperands slab_operands(const u32x4* w, const u8* s, const float* gscale, int e, int slab) {
+  using SG = ScaleGeometry<kNvfp4>;
+  const size_t slab_index = (size_t)e * kSlabs + slab;
+  return SlabOperands{w + slab_index * kChunks * kMats * 32 + lane_id(),
+                      s + slab_index * kChunks * kMats * SG::kBytesPerChunk,
+                      kNvfp4 ? gscale[e] * kAccScale : 1.f};
+}
+
 // w: this slab's first 16-byte run for this lane (chunk 0, matrix 0); runs of chunk c, matrix m are at
 // w + (c * kMats + m) * 32. s: this slab's scale plane; b_rows[nt]: the bf16 row of the token that is
 // column (lane/4) of n-tile nt, or nullptr (column contributes zeros).

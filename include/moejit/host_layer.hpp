@@ -41,6 +41,10 @@ struct Fc1RowRole {
 };
 Fc1RowRole fc1_row_role(const LayerSpec& spec, int row);
 
+// A layer of the spec's shapes with every code, scale and global scale zero and no biases
+// (callers fill them in).
+HostLayer allocate_layer(const LayerSpec& spec);
+
 // Quantizes float weights (logical layout, row-major [E, rows, cols]) to the spec's format:
 // NVFP4 picks a per-expert global scale so block maxima map onto the e4m3 range, then e4m3 block
 // scales; MXFP4 picks e8m0 block scales rounded up so every element fits e2m1.
