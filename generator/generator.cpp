@@ -31,7 +31,8 @@ GeneratedSource generate_source(const KernelKey& raw) {
   const int threads = key.warps * 32;
   // Decode kernels hide latency with resident warps: cap registers so that at least 512 threads per
   // SM stay resident. Wide token tiles (4+) keep their accumulators instead.
-  const int min_blocks = key.ntiles >= 4 ? 1 : std::max(1, 512 / threads);
+  const int min_blocks =
+      key.min_blocks > 0 ? key.min_blocks : (key.ntiles >= 4 ? 1 : std::max(1, 512 / threads));
   std::string header = fmt::format("// moejit generated kernel\n// key: {}\n", key.str());
   switch (key.kind) {
     case KernelKind::prepare:

@@ -27,9 +27,10 @@ KernelKind parse_kernel_kind(std::string_view s) {
 }
 
 std::string KernelKey::str() const {
-  return fmt::format("{}:{}:{}:{}:{}:E{}:H{}:I{}:w{}n{}d{}:b{}:l{}:i{}", to_string(kind), to_string(arch),
+  return fmt::format("{}:{}:{}:{}:{}:E{}:H{}:I{}:w{}n{}d{}o{}:b{}:l{}:i{}", to_string(kind), to_string(arch),
                      to_string(format), to_string(activation), to_string(precision), experts, hidden,
-                     intermediate, warps, ntiles, depth, bias ? 1 : 0, limit ? 1 : 0, inline_route ? 1 : 0);
+                     intermediate, warps, ntiles, depth, min_blocks, bias ? 1 : 0, limit ? 1 : 0,
+                     inline_route ? 1 : 0);
 }
 
 namespace {
@@ -64,7 +65,7 @@ KernelKey KernelKey::parse(std::string_view s) {
   if (p.size() != 12)
     throw Error(fmt::format(
         "kernel key '{}' has {} fields; expected 12: "
-        "kind:arch:format:activation:precision:E<n>:H<n>:I<n>:w<n>n<n>d<n>:b<0|1>:l<0|1>:i<0|1>",
+        "kind:arch:format:activation:precision:E<n>:H<n>:I<n>:w<n>n<n>d<n>o<n>:b<0|1>:l<0|1>:i<0|1>",
         s, p.size()));
   KernelKey k;
   k.kind = parse_kernel_kind(p[0]);
@@ -76,12 +77,14 @@ KernelKey KernelKey::parse(std::string_view s) {
   k.hidden = parse_prefixed(p[6], 'H', "hidden", s);
   k.intermediate = parse_prefixed(p[7], 'I', "intermediate", s);
   auto tile = p[8];
-  auto npos = tile.find('n'), dpos = tile.find('d');
-  if (tile.empty() || tile[0] != 'w' || npos == std::string_view::npos || dpos == std::string_view::npos || dpos < npos)
-    throw Error(fmt::format("kernel key '{}': tile field '{}' must look like w8n1d4", s, tile));
+  const auto npos = tile.find('n'), dpos = tile.find('d'), opos = tile.find('o');
+  if (tile.empty() || tile[0] != 'w' || npos == std::string_view::npos || dpos == std::string_view::npos ||
+      opos == std::string_view::npos || !(npos < dpos && dpos < opos))
+    throw Error(fmt::format("kernel key '{}': tile field '{}' must look like w4n1d2o0", s, tile));
   k.warps = parse_int_field(tile.substr(1, npos - 1), "warps", s);
   k.ntiles = parse_int_field(tile.substr(npos + 1, dpos - npos - 1), "ntiles", s);
-  k.depth = parse_int_field(tile.substr(dpos + 1), "depth", s);
+  k.depth = parse_int_field(tile.substr(dpos + 1, opos - dpos - 1), "depth", s);
+  k.min_blocks = parse_int_field(tile.substr(opos + 1), "min_blocks", s);
   int b = parse_prefixed(p[9], 'b', "bias", s), l = parse_prefixed(p[10], 'l', "limit", s),
       in = parse_prefixed(p[11], 'i', "inline_route", s);
   if ((b != 0 && b != 1) || (l != 0 && l != 1) || (in != 0 && in != 1))
@@ -127,6 +130,8 @@ KernelKey KernelKey::normalized() const {
     throw Error(fmt::format("kernel key {}: intermediate must be a positive multiple of {}", str(), block));
   if (k.ntiles < 1 || k.ntiles > 8) throw Error(fmt::format("kernel key {}: ntiles must be in [1, 8]", str()));
   if (k.depth < 1 || k.depth > 8) throw Error(fmt::format("kernel key {}: depth must be in [1, 8]", str()));
+  if (k.min_blocks < 0 || k.min_blocks > 32)
+    throw Error(fmt::format("kernel key {}: min_blocks must be in [0, 32]", str()));
   if (k.inline_route && k.experts > 1024)
     throw Error(fmt::format("kernel key {}: inline routing covers at most 1024 experts", str()));
   if (k.precision != ActPrecision::a16)

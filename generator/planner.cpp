@@ -41,16 +41,19 @@ int decode_ntiles(const LayerSpec& spec, int tokens) {
   return std::clamp(nt, 1, 8);
 }
 
-// MOEJIT_DECODE_TILE="w<warps>d<depth>" overrides the decode tile, for tuning sweeps with `moejit
-// bench` (keys stay canonical, so the cache and prewarm see exactly what runs).
+// MOEJIT_DECODE_TILE="w<warps>d<depth>[o<CTAs per SM>]" overrides the decode tile, for tuning sweeps
+// with `moejit bench` (keys stay canonical, so the cache and prewarm see exactly what runs).
 void apply_tuning_overrides(KernelKey& k) {
   const char* env = std::getenv("MOEJIT_DECODE_TILE");
   if (!env || !*env) return;
-  int warps = 0, depth = 0;
-  if (std::sscanf(env, "w%dd%d", &warps, &depth) != 2 || warps < 1 || warps > 16 || depth < 1 || depth > 8)
-    throw Error(fmt::format("MOEJIT_DECODE_TILE='{}' must look like w4d2 (warps 1..16, depth 1..8)", env));
+  int warps = 0, depth = 0, blocks = 0;
+  const int n = std::sscanf(env, "w%dd%do%d", &warps, &depth, &blocks);
+  if (n < 2 || warps < 1 || warps > 16 || depth < 1 || depth > 8 || blocks < 0 || blocks > 32)
+    throw Error(fmt::format("MOEJIT_DECODE_TILE='{}' must look like w4d2 or w4d2o6 (warps 1..16, depth 1..8, "
+                            "CTAs per SM 0..32)", env));
   k.warps = warps;
   k.depth = depth;
+  k.min_blocks = blocks;
 }
 
 KernelKey base_key(const LayerSpec& spec, Arch arch) {
@@ -84,10 +87,12 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   KernelKey fc1 = base_key(spec, arch);
   fc1.kind = KernelKind::decode_fc1;
   fc1.ntiles = decode_ntiles(spec, std::max(tokens, 1));
-  // Four warps split K, each two chunks ahead (measured best of w2..w8 x d1..d4 on the H200, see
-  // docs/PERFORMANCE.md); the widest token tiles need the registers for their accumulators.
+  // Four warps split K. Narrow token tiles: one chunk ahead with registers capped for 8 CTAs per SM
+  // (a single wave at decode grids), the measured best of w2..w8 x d1..d4 x 4..8 CTAs/SM on the H200
+  // (docs/PERFORMANCE.md). Wider tiles keep registers for their accumulators.
   fc1.warps = 4;
-  fc1.depth = fc1.ntiles <= 4 ? 2 : 1;
+  fc1.depth = fc1.ntiles <= 2 ? 1 : (fc1.ntiles == 4 ? 2 : 1);
+  fc1.min_blocks = fc1.ntiles <= 2 ? 8 : 0;
   apply_tuning_overrides(fc1);
   // Few pairs: every decode CTA routes for itself, saving the route launch.
   fc1.inline_route = static_cast<long long>(tokens) * spec.top_k <= kInlineRouteMaxPairs && spec.experts <= 1024;

@@ -27,11 +27,12 @@ struct KernelKey {
   int warps = 4;     // warps per CTA
   int ntiles = 1;    // 8-token MMA column tiles held in registers per pass over the weights
   int depth = 1;     // 64-wide K chunks each warp keeps in flight ahead of the one it computes
+  int min_blocks = 0;  // CTAs per SM the register allocation must allow (0: the generator's rule)
   bool bias = false;
   bool limit = false;
   bool inline_route = false;  // decode kernels route inside each CTA (M*K <= 64, E <= 1024): no route launch
 
-  // Canonical string, e.g. "decode_fc1:sm_90a:mxfp4:swigluoai:a16:E128:H2880:I2880:w8n1d4:b1:l1:i0".
+  // Canonical string, e.g. "decode_fc1:sm_90a:mxfp4:swigluoai:a16:E128:H2880:I2880:w4n1d2o0:b1:l1:i0".
   std::string str() const;
   // Parses str() output back; throws moejit::Error naming the bad field.
   static KernelKey parse(std::string_view s);
