@@ -1,0 +1,183 @@
+// Kernel keys (canonical strings that round-trip, normalization, errors), generator determinism and
+// the planner's choices.
+#include <catch2/catch.hpp>
+
+#include <cctype>
+#include <set>
+
+#include "moejit/error.hpp"
+#include "moejit/generator.hpp"
+#include "moejit/planner.hpp"
+
+using namespace moejit;
+
+namespace {
+LayerSpec gptoss() {
+  LayerSpec s;
+  s.format = ScaleFormat::mxfp4;
+  s.activation = Activation::swigluoai;
+  s.gate_up_order = GateUpOrder::interleaved;
+  s.experts = 128;
+  s.hidden = 2880;
+  s.intermediate = 2880;
+  s.top_k = 4;
+  s.has_bias = true;
+  s.limit = 7.f;
+  return s;
+}
+
+std::vector<KernelKey> sample_keys() {
+  std::vector<KernelKey> keys;
+  for (Arch a : {Arch::sm_90a, Arch::sm_100a, Arch::sm_120a})
+    for (KernelKind kind : {KernelKind::prepare, KernelKind::route, KernelKind::decode_fc1, KernelKind::decode_fc2})
+      for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4})
+        for (Activation act : {Activation::silu, Activation::gelu_tanh, Activation::relu2, Activation::swigluoai})
+          for (int variant = 0; variant < 4; ++variant) {
+            KernelKey k;
+            k.kind = kind;
+            k.arch = a;
+            k.format = f;
+            k.activation = act;
+            k.experts = 3 + 61 * variant;
+            k.hidden = 96 + 32 * variant;
+            k.intermediate = 160 + 64 * variant;
+            k.warps = 4;
+            k.ntiles = 1 << variant;
+            k.depth = 1 + variant % 2;
+            k.min_blocks = variant * 2;
+            k.bias = variant & 1;
+            k.limit = (variant & 2) != 0;
+            k.inline_route = variant == 3;
+            keys.push_back(k.normalized());
+          }
+  return keys;
+}
+}  // namespace
+
+TEST_CASE("every key's canonical string parses back to the same key", "[keys]") {
+  for (const KernelKey& k : sample_keys()) {
+    INFO(k.str());
+    CHECK(KernelKey::parse(k.str()) == k);
+    CHECK(KernelKey::parse(k.str()).str() == k.str());
+    CHECK(k.normalized() == k);  // normalization is idempotent
+  }
+}
+
+TEST_CASE("entry names are C identifiers derived from the key", "[keys]") {
+  std::set<std::string> names;
+  for (const KernelKey& k : sample_keys()) {
+    const std::string e = k.entry_name();
+    CHECK(e.rfind("moejit_", 0) == 0);
+    for (char c : e) CHECK((std::isalnum(static_cast<unsigned char>(c)) || c == '_'));
+    names.insert(e);
+  }
+  std::set<std::string> strs;
+  for (const KernelKey& k : sample_keys()) strs.insert(k.str());
+  CHECK(names.size() == strs.size());  // distinct keys, distinct entries
+}
+
+TEST_CASE("normalization resets fields a kind ignores and rejects impossible keys", "[keys]") {
+  KernelKey r;
+  r.kind = KernelKind::route;
+  r.experts = 256;
+  r.hidden = 7168;
+  r.format = ScaleFormat::nvfp4;
+  r.warps = 16;
+  KernelKey r2 = r;
+  r2.hidden = 2048;
+  r2.format = ScaleFormat::mxfp4;
+  CHECK(r.normalized() == r2.normalized());
+
+  KernelKey k;
+  k.kind = KernelKind::decode_fc1;
+  k.experts = 8;
+  k.hidden = 100;  // not a multiple of 32
+  k.intermediate = 64;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("hidden must be a positive multiple of 32"));
+  k.hidden = 128;
+  k.ntiles = 9;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("ntiles"));
+  k.ntiles = 1;
+  k.precision = ActPrecision::a8;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("a16"));
+  k.precision = ActPrecision::a16;
+  k.experts = 2000;
+  k.inline_route = true;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("inline routing"));
+}
+
+TEST_CASE("malformed key strings are rejected with the field named", "[keys]") {
+  const std::string good = sample_keys().at(40).str();
+  CHECK_NOTHROW(KernelKey::parse(good));
+  CHECK_THROWS_WITH(KernelKey::parse("decode_fc1:sm_90a"), Catch::Contains("expected 12"));
+  CHECK_THROWS_WITH(KernelKey::parse("decode_fc1:sm_89:mxfp4:silu:a16:E8:H128:I64:w4n1d1o0:b0:l0:i0"),
+                    Catch::Contains("sm_89"));
+  CHECK_THROWS_WITH(KernelKey::parse("decode_fc1:sm_90a:mxfp4:silu:a16:X8:H128:I64:w4n1d1o0:b0:l0:i0"),
+                    Catch::Contains("experts"));
+  CHECK_THROWS_WITH(KernelKey::parse("decode_fc1:sm_90a:mxfp4:silu:a16:E8:H128:I64:w4n1:b0:l0:i0"),
+                    Catch::Contains("w4n1d2o0"));
+  CHECK_THROWS_WITH(KernelKey::parse("decode_fc1:sm_90a:mxfp4:silu:a16:E8:H128:I64:w4n1d1o0:b2:l0:i0"),
+                    Catch::Contains("b0/b1"));
+  CHECK_THROWS_AS(KernelKey::parse("gemm:sm_90a:mxfp4:silu:a16:E8:H128:I64:w4n1d1o0:b0:l0:i0"), Error);
+}
+
+TEST_CASE("the generator is deterministic and specializes per key", "[generator]") {
+  std::set<std::string> sources;
+  std::set<KernelKey> keys;
+  for (const KernelKey& k : sample_keys()) {
+    if (k.arch != Arch::sm_90a) continue;
+    keys.insert(k);
+    const GeneratedSource a = generate_source(k), b = generate_source(k);
+    CHECK(a.source == b.source);
+    CHECK(a.entry == k.entry_name());
+    CHECK(a.source.find(k.str()) != std::string::npos);        // the key is written into the source
+    CHECK(a.source.find("#include <") == std::string::npos);   // no toolkit headers
+    sources.insert(a.source);
+  }
+  CHECK(sources.size() == keys.size());  // distinct keys, distinct sources
+  CHECK(keys.size() > 40);
+  CHECK(templates_digest() == templates_digest());
+  CHECK(template_headers().size() >= 8);
+}
+
+TEST_CASE("the planner routes inline for few pairs and sizes token tiles for the busiest expert", "[planner]") {
+  const LayerSpec s = gptoss();
+  const Plan one = make_plan(s, Arch::sm_90a, 1, 132);
+  REQUIRE(one.kernels.size() == 2);  // FC1 + FC2, routing inside the CTAs
+  CHECK(one.kernels[0].kind == KernelKind::decode_fc1);
+  CHECK(one.kernels[0].inline_route);
+  CHECK(one.kernels[1].kind == KernelKind::decode_fc2);
+  CHECK(one.kernels[0].ntiles == 1);
+
+  const Plan sixteen = make_plan(s, Arch::sm_90a, 16, 132);  // 64 pairs: still inline
+  CHECK(sixteen.kernels.size() == 2);
+  const Plan seventeen = make_plan(s, Arch::sm_90a, 17, 132);  // 68 pairs: route kernel
+  REQUIRE(seventeen.kernels.size() == 3);
+  CHECK(seventeen.kernels[0].kind == KernelKind::route);
+  CHECK_FALSE(seventeen.kernels[1].inline_route);
+
+  // ~2 tokens per expert at M=64 for gpt-oss: one 8-token tile; a 3-expert layer at M=64 sends ~43
+  // tokens to each expert: the widest tile.
+  CHECK(make_plan(s, Arch::sm_90a, 64, 132).kernels[1].ntiles == 1);
+  LayerSpec tiny = s;
+  tiny.experts = 3;
+  tiny.top_k = 2;
+  tiny.hidden = 96;
+  tiny.intermediate = 160;
+  CHECK(make_plan(tiny, Arch::sm_90a, 64, 132).kernels[1].ntiles == 8);
+  CHECK(make_plan(tiny, Arch::sm_90a, 1, 132).kernels[0].ntiles == 1);
+
+  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, kDecodeMaxTokens + 1, 132, Family::decode),
+                    Catch::Contains("at most"));
+  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, -1, 132), Catch::Contains("tokens"));
+  CHECK_THROWS_AS(parse_family("prefill-ish"), Error);
+}
+
+TEST_CASE("keys_for_range covers every plan in the range exactly once", "[planner]") {
+  const LayerSpec s = gptoss();
+  const auto keys = keys_for_range(s, Arch::sm_90a, 64, 132);
+  std::set<KernelKey> set(keys.begin(), keys.end());
+  CHECK(set.size() == keys.size());
+  for (int m = 1; m <= 64; ++m)
+    for (const KernelKey& k : make_plan(s, Arch::sm_90a, m, 132).kernels) CHECK(set.count(k) == 1);
+}
