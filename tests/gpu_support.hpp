@@ -1,6 +1,6 @@
 #pragma once
-// Helpers shared by the GPU tests: layers of random FP4 codes (fast at any size), running one forward
-// with a poisoned output, and comparing with the fp64 CPU reference.
+// Helpers shared by the GPU tests: running one forward with a poisoned output and comparing with the
+// fp64 CPU reference.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -18,59 +18,6 @@ namespace moejit::test {
 // accumulation, fp32 activations and rare bf16 rounding flips of the intermediate stay well below.
 inline constexpr double kRelL2Tolerance = 4e-3;
 inline constexpr double kCosineTolerance = 0.99999;
-
-// Random FP4 codes and scale codes drawn so that dequantized weights have magnitude ~ 1/sqrt(K):
-// quantizing floats on the host is too slow for real model sizes, and random codes exercise every
-// code point, including -0.
-inline HostLayer random_code_layer(const LayerSpec& spec, uint64_t seed) {
-  HostLayer L;
-  L.spec = spec;
-  std::mt19937_64 rng(seed);
-  auto fill_bytes = [&](std::vector<uint8_t>& v, size_t n) {
-    v.resize(n);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      uint64_t r = rng();
-      for (int b = 0; b < 8; ++b) v[i + b] = static_cast<uint8_t>(r >> (8 * b));
-    }
-    for (; i < n; ++i) v[i] = static_cast<uint8_t>(rng());
-  };
-  const size_t E = spec.experts, H = spec.hidden, I = spec.intermediate, R = spec.fc1_rows();
-  const int blk = scale_block(spec.format);
-  fill_bytes(L.w13, E * R * H / 2);
-  fill_bytes(L.w2, E * H * I / 2);
-  auto scales = [&](std::vector<uint8_t>& v, size_t n, int k) {
-    v.resize(n);
-    // Target dequantized magnitude ~ 1/sqrt(k); e2m1 codes average ~2.6 in magnitude.
-    const double target = 1.0 / std::sqrt(static_cast<double>(k)) / 2.6;
-    std::uniform_int_distribution<int> jitter(-1, 1);
-    for (auto& c : v) {
-      if (spec.format == ScaleFormat::mxfp4) {
-        c = static_cast<uint8_t>(127 + static_cast<int>(std::lround(std::log2(target))) + jitter(rng));
-      } else {
-        // e4m3 scale near 64 (global scale carries the rest), varied by the jitter
-        c = float_to_e4m3(static_cast<float>(64.0 * std::exp2(jitter(rng) * 0.5)));
-      }
-    }
-  };
-  scales(L.w13_scale, E * R * H / blk, static_cast<int>(H));
-  scales(L.w2_scale, E * H * I / blk, static_cast<int>(I));
-  if (spec.format == ScaleFormat::nvfp4) {
-    std::uniform_real_distribution<float> u(0.7f, 1.3f);
-    L.w13_global_scale.resize(E);
-    L.w2_global_scale.resize(E);
-    for (auto& g : L.w13_global_scale) g = u(rng) / 64.f / 2.6f / std::sqrt(static_cast<float>(H));
-    for (auto& g : L.w2_global_scale) g = u(rng) / 64.f / 2.6f / std::sqrt(static_cast<float>(I));
-  }
-  if (spec.has_bias) {
-    std::normal_distribution<float> n(0.f, 0.1f);
-    L.w13_bias.resize(E * R);
-    L.w2_bias.resize(E * H);
-    for (auto& b : L.w13_bias) b = n(rng);
-    for (auto& b : L.w2_bias) b = n(rng);
-  }
-  return L;
-}
 
 struct DeviceInputs {
   DeviceBuffer x, ids, weights, out, workspace;

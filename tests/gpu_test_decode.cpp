@@ -115,7 +115,7 @@ TEST_CASE("decode family at real model geometries", "[gpu][models]") {
   deepseek.intermediate = 2048;
   deepseek.top_k = 8;
   for (const Case& c : {Case{"gpt-oss-120b", gptoss, {1, 7, 64}}, Case{"deepseek-v3", deepseek, {1, 9}}}) {
-    HostLayer host = random_code_layer(c.spec, 77);
+    HostLayer host = make_random_code_layer(c.spec, 77);
     auto layer = runtime().prepare(host);
     for (int m : c.tokens) {
       INFO(fmt::format("{} M={}", c.name, m));

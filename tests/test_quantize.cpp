@@ -483,3 +483,38 @@ TEST_CASE("make_random_inputs: shapes, id ranges, normalized weights", "[random]
   CHECK(make_random_inputs(s, 0, 1).x.empty());
   CHECK_THROWS_AS(make_random_inputs(s, -1, 1), Error);
 }
+
+TEST_CASE("random code layers are valid, deterministic and use every code point", "[random]") {
+  for (moejit::ScaleFormat f : {moejit::ScaleFormat::nvfp4, moejit::ScaleFormat::mxfp4}) {
+    moejit::LayerSpec s;
+    s.format = f;
+    s.activation = moejit::Activation::swigluoai;
+    s.experts = 4;
+    s.hidden = 128;
+    s.intermediate = 64;
+    s.top_k = 2;
+    s.has_bias = true;
+    const moejit::HostLayer a = moejit::make_random_code_layer(s, 9), b = moejit::make_random_code_layer(s, 9);
+    CHECK_NOTHROW(a.validate());
+    CHECK(a.w13 == b.w13);
+    CHECK(a.w2_scale == b.w2_scale);
+    CHECK(a.w13 != moejit::make_random_code_layer(s, 10).w13);
+    std::set<int> codes;
+    for (uint8_t byte : a.w13) {
+      codes.insert(byte & 0xF);
+      codes.insert(byte >> 4);
+    }
+    CHECK(codes.size() == 16);
+    // Dequantized weights have RMS ~ 1/sqrt(K): every element finite, the scale of the target.
+    double sum = 0;
+    for (int r = 0; r < s.fc1_rows(); ++r)
+      for (int k = 0; k < s.hidden; ++k) {
+        const double w = a.fc1_weight(0, r, k);
+        REQUIRE(std::isfinite(w));
+        sum += w * w;
+      }
+    const double rms = std::sqrt(sum / (s.fc1_rows() * s.hidden));
+    CHECK(rms > 0.25 / std::sqrt(s.hidden));
+    CHECK(rms < 4.0 / std::sqrt(s.hidden));
+  }
+}

@@ -295,7 +295,7 @@ int cmd_bench(int argc, char** argv) {
   Runtime rt;
   std::shared_ptr<PreparedLayer> prepared;
   {
-    const HostLayer layer = make_fast_random_layer(local, static_cast<uint64_t>(seed));
+    const HostLayer layer = make_random_code_layer(local, static_cast<uint64_t>(seed));
     prepared = rt.prepare(layer);
   }
   const BenchReport rep = run_bench(rt, *prepared, cfg.name, tokens, replays, static_cast<uint64_t>(seed));

@@ -127,13 +127,6 @@ void print_cache_summary(KernelCache& cache);
 
 // ---- layers and benchmark -----------------------------------------------------------------------
 
-// A random layer for timing and demos, generated quickly: FP4 codes are uniform random bytes
-// (xorshift64*; every byte is two valid e2m1 codes), block scales are valid e4m3/e8m0 codes around
-// 1/(rms(e2m1)·sqrt(K)) with a random ±1 binade, NVFP4 global scales are fixed per expert and biases
-// are uniform in [-0.1, 0.1]. Outputs of FC1 and FC2 are O(1), like a trained layer's. The data is a
-// valid layer of the spec (the CPU reference handles it like any other); only its distribution
-// differs from make_random_layer's (normal weights, quantized), which takes minutes at gpt-oss size.
-HostLayer make_fast_random_layer(const LayerSpec& spec, uint64_t seed);
 
 struct BenchRow {
   int tokens = 0;

@@ -66,7 +66,7 @@ int demo_with_gpu(const ModelConfig& cfg, const LayerSpec& local, int jobs, int 
   HostLayer layer;
   {
     const auto t0 = std::chrono::steady_clock::now();
-    layer = make_fast_random_layer(local, seed);
+    layer = make_random_code_layer(local, seed);
     const auto t1 = std::chrono::steady_clock::now();
     prepared = rt.prepare(layer);
     const auto t2 = std::chrono::steady_clock::now();

@@ -54,6 +54,14 @@ HostLayer quantize_layer(const LayerSpec& spec, const std::vector<float>& fc1, c
 // A layer of random weights (normal, std ~ 1/sqrt(K)) quantized with quantize_layer; deterministic per seed.
 HostLayer make_random_layer(const LayerSpec& spec, uint64_t seed);
 
+// A random layer of any size in about a second, for benchmarks and large-shape tests: FP4 codes are
+// uniform random bytes (every code point, -0 included), block scales valid e4m3/e8m0 codes around
+// 1/(rms(e2m1)·sqrt(K)) with a random ±1 binade, NVFP4 global scales per expert, biases uniform in
+// [-0.1, 0.1]; FC1 and FC2 outputs are O(1). Deterministic per seed and independent of the thread
+// count. make_random_layer quantizes normal floats instead, which takes tens of seconds at gpt-oss
+// size.
+HostLayer make_random_code_layer(const LayerSpec& spec, uint64_t seed);
+
 // Token inputs of one call (DESIGN §1).
 struct HostInputs {
   int tokens = 0;                   // M

@@ -1,4 +1,4 @@
-// make_fast_random_layer: a valid random layer of any size in about a second (see cli_common.hpp).
+// make_random_code_layer: a valid random layer of any size in about a second (see host_layer.hpp).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "moejit/error.hpp"
-#include "tools/cli_common.hpp"
+#include "moejit/host_layer.hpp"
 
-namespace moejit::cli {
+namespace moejit {
 
 namespace {
 
@@ -64,22 +64,13 @@ void fill_scales(ScaleFormat f, uint8_t* p, size_t n, double target, XorShift& g
 
 }  // namespace
 
-HostLayer make_fast_random_layer(const LayerSpec& spec, uint64_t seed) {
+HostLayer make_random_code_layer(const LayerSpec& spec, uint64_t seed) {
   spec.validate();
   const size_t E = static_cast<size_t>(spec.experts), H = static_cast<size_t>(spec.hidden),
                I = static_cast<size_t>(spec.intermediate), rows = static_cast<size_t>(spec.fc1_rows());
   const size_t block = static_cast<size_t>(scale_block(spec.format));
   const bool nv = spec.format == ScaleFormat::nvfp4;
-  HostLayer L;
-  L.spec = spec;
-  L.w13.resize(E * rows * H / 2);
-  L.w13_scale.resize(E * rows * H / block);
-  L.w2.resize(E * H * I / 2);
-  L.w2_scale.resize(E * H * I / block);
-  if (nv) {
-    L.w13_global_scale.resize(E);
-    L.w2_global_scale.resize(E);
-  }
+  HostLayer L = allocate_layer(spec);
   if (spec.has_bias) {
     L.w13_bias.resize(E * rows);
     L.w2_bias.resize(E * H);
@@ -117,4 +108,4 @@ HostLayer make_fast_random_layer(const LayerSpec& spec, uint64_t seed) {
   return L;
 }
 
-}  // namespace moejit::cli
+}  // namespace moejit
