@@ -68,8 +68,7 @@ TEST_CASE("decode family matches the reference for every activation, format, bia
 }
 
 TEST_CASE("decode family matches the golden layers", "[gpu][golden]") {
-  for (const char* name : {"nvfp4_silu", "mxfp4_swigluoai_bias_ep", "nvfp4_relu2", "mxfp4_gelu_interleaved",
-                           "nvfp4_silu_limit_upgate"}) {
+  for (const char* name : kGoldenLayers) {
     INFO(name);
     const std::string dir = golden_dir() + "/" + name;
     HostLayer host = read_layer_file(dir + "/layer.safetensors");

@@ -388,9 +388,7 @@ TEST_CASE("reference: the five golden layers", "[reference][golden]") {
   // Measured: out_f32 and out are reproduced bit for bit on all five layers. The allowance below
   // (at most one bf16 value per layer off by one ulp, rel L2 <= 1e-5) only absorbs a bf16 tie of the
   // intermediate flipping under a different fp64 summation order.
-  const char* names[] = {"nvfp4_silu", "mxfp4_swigluoai_bias_ep", "nvfp4_relu2", "mxfp4_gelu_interleaved",
-                         "nvfp4_silu_limit_upgate"};
-  for (const char* name : names) {
+  for (const char* name : moejit::test::kGoldenLayers) {
     DYNAMIC_SECTION(name) {
       const std::string dir = moejit::test::golden_dir() + "/" + name;
       const HostLayer L = read_layer_file(dir + "/layer.safetensors");

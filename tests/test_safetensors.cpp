@@ -283,9 +283,7 @@ TEST_CASE("layer files: round trip of every variant", "[safetensors][layer]") {
 }
 
 TEST_CASE("layer files: the golden layers read and re-write unchanged", "[safetensors][layer][golden]") {
-  const char* names[] = {"nvfp4_silu", "mxfp4_swigluoai_bias_ep", "nvfp4_relu2", "mxfp4_gelu_interleaved",
-                         "nvfp4_silu_limit_upgate"};
-  for (const char* name : names) {
+  for (const char* name : moejit::test::kGoldenLayers) {
     DYNAMIC_SECTION(name) {
       const std::string dir = moejit::test::golden_dir() + "/" + name;
       const HostLayer L = read_layer_file(dir + "/layer.safetensors");
