@@ -232,3 +232,38 @@ TEST_CASE("forward rejects bad arguments before launching", "[gpu][errors]") {
   CHECK_THROWS_WITH(rt.forward(*layer, a), Catch::Contains("tokens"));
   CHECK_THROWS_AS(rt.workspace_size(*layer, 0), Error);
 }
+
+TEST_CASE("forward during stream capture refuses to compile or load, and works after prewarm", "[gpu][graph]") {
+  using namespace moejit::detail;
+  LayerSpec spec = small_spec(ScaleFormat::nvfp4, Activation::relu2, false, false);
+  Runtime fresh;  // its own module registry: no decode module is loaded yet
+  auto layer = fresh.prepare(make_random_layer(spec, 41));
+  const int m = 3;
+  HostInputs in = make_random_inputs(spec, m, 42, false);
+  DeviceInputs d = upload_inputs(fresh, *layer, in, m);
+  CUstream stream;
+  check(driver().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  ForwardArgs a = args_for(d, m);
+  a.stream = stream;
+
+  check(driver().cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture");
+  CHECK_THROWS_WITH(fresh.forward(*layer, a), Catch::Contains("prewarm"));
+  CUgraph graph = nullptr;
+  check(driver().cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
+  if (graph) driver().cuGraphDestroy(graph);
+
+  fresh.prewarm(*layer, m);
+  auto eager = run_poisoned(fresh, *layer, d, m);
+  check(driver().cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture");
+  fresh.forward(*layer, a);
+  check(driver().cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
+  CUgraphExec exec;
+  check(driver().cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate");
+  d.out.fill_bytes(0xFF);
+  check(driver().cuGraphLaunch(exec, stream), "cuGraphLaunch");
+  check(driver().cuStreamSynchronize(stream), "cuStreamSynchronize");
+  CHECK(d.out.to_vector<uint16_t>(static_cast<size_t>(m) * spec.hidden) == eager);
+  driver().cuGraphExecDestroy(exec);
+  driver().cuGraphDestroy(graph);
+  driver().cuStreamDestroy(stream);
+}
