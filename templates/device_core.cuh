@@ -20,13 +20,6 @@ MOEJIT_DEVICE u16 f32_to_bf16(float v) {
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(v));
   return r;
 }
-MOEJIT_DEVICE float bf16_to_f32(u16 b) { return __uint_as_float(((u32)b) << 16); }
-// Two fp32 -> packed bf16x2 (lo in bits 0..15).
-MOEJIT_DEVICE u32 pack_bf16x2(float lo, float hi) {
-  u32 r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
 // Element-wise bf16x2 product, exact whenever the product is representable (no fast-math flush).
 MOEJIT_DEVICE u32 bf16x2_mul(u32 a, u32 b) {
   u32 r;
@@ -58,20 +51,10 @@ MOEJIT_DEVICE u32x2 ld_nc_8(const void* p) {
   asm volatile("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
   return v;
 }
-MOEJIT_DEVICE u32x4 ld_nc_16(const void* p) {
-  u32x4 v;
-  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
 // Loads of data another CTA of the same grid wrote (bypass the incoherent L1).
 MOEJIT_DEVICE float ld_cg_f32(const float* p) {
   float v;
   asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
-  return v;
-}
-MOEJIT_DEVICE u32x4 ld_cg_16(const void* p) {
-  u32x4 v;
-  asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
 

@@ -35,16 +35,6 @@ inline constexpr u32 kActScaleBf16x2 = 0x5F805F80u;
 // The accumulator correction for the two scalings above.
 inline constexpr float kAccScale = 4.611686018427388e18f;  // 2^62
 
-// e4m3fn code -> fp32, branch-free and exact: the 7 magnitude bits placed at fp32 bits 26..20 read as
-// 2^(e-127) * 1.mmm (or the fp32 subnormal m/8 * 2^-126 when e = 0), and * 2^120 rebiases both cases
-// exactly (no flush: moejit never compiles with fast math). The NaN code 0x7F would read as 480, so
-// it is mapped to NaN explicitly.
-MOEJIT_DEVICE float e4m3_to_f32(u32 c) {
-  float mag = __uint_as_float((c & 0x7Fu) << 20) * 1.329227995784916e36f;  // 2^120
-  mag = (c & 0x7Fu) == 0x7Fu ? __uint_as_float(0x7FC00000u) : mag;
-  return __uint_as_float(__float_as_uint(mag) | ((c & 0x80u) << 24));
-}
-
 // e8m0 code b -> 2^(b-127) * 2^62 in fp32 (b = 255 NaN; scales above 2^65 saturate to infinity).
 MOEJIT_DEVICE float e8m0_to_f32_times_2p62(u32 b) {
   const u32 biased = b + 62u;
