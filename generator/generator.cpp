@@ -7,6 +7,7 @@
 
 #include "generator/embedded_files.hpp"
 #include "moejit/error.hpp"
+#include "moejit/planner.hpp"
 
 namespace moejit {
 
@@ -34,6 +35,8 @@ GeneratedSource generate_source(const KernelKey& raw) {
   const int min_blocks =
       key.min_blocks > 0 ? key.min_blocks : (key.ntiles >= 4 ? 1 : std::max(1, 512 / threads));
   std::string header = fmt::format("// moejit generated kernel\n// key: {}\n", key.str());
+  if (key.inline_route)
+    header += fmt::format("#define MOEJIT_INLINE_ROUTE_MAX_PAIRS {}\n", kInlineRouteMaxPairs);
   switch (key.kind) {
     case KernelKind::prepare:
       out.source = header + fmt::format(

@@ -5,7 +5,12 @@
 #pragma once
 #include "device_core.cuh"
 
-inline constexpr int kInlineMaxPairs = 64;
+inline constexpr int kInlineMaxPairs = 64;  // two pairs per lane of one warp
+// The planner's threshold (kInlineRouteMaxPairs in moejit/planner.hpp), passed by the generator.
+#ifdef MOEJIT_INLINE_ROUTE_MAX_PAIRS
+static_assert(MOEJIT_INLINE_ROUTE_MAX_PAIRS == kInlineMaxPairs,
+              "the planner routes inline for more pairs than inline_route handles");
+#endif
 
 struct InlineRouteShared {
   i32 pair[kInlineMaxPairs];  // pair indices q = m*K + k of this CTA's expert, increasing
