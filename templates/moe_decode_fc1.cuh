@@ -12,7 +12,7 @@ struct DecodeFc1Params {
   const float* gscale;       // [E] (NVFP4) or null
   const float* bias;         // [E][mats][I] or null
   const u16* x;              // [M][H] bf16
-  u16* act;                  // [M*K][I] bf16, row q
+  u16* act;                  // [M*K][I] bf16 times 2^64 (FC2's B operand as is), row q
   i32* counters;             // FC2 completion counters, zeroed here when routing is inline
   i32 num_counters;
   float alpha, beta, limit;
@@ -48,7 +48,7 @@ __device__ void moe_decode_fc1(const DecodeFc1Params& p) {
       rows[nt] = t < count ? p.x + (size_t)(work.pairs[t] / p.route.top_k) * kH : nullptr;
     }
     float acc[kNT][kMats][4];
-    slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kDepth>(ops.w, ops.s, rows, live, acc, false);
+    slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kDepth, true>(ops.w, ops.s, rows, live, acc, false);
     reduce_over_warps<kMats, kWarps, kNT>(acc, red);
     if (warp == 0) {
 #pragma unroll
@@ -64,7 +64,7 @@ __device__ void moe_decode_fc1(const DecodeFc1Params& p) {
               if (kMats == 2) up += p.bias[((size_t)e * kMats + 1) * kI + row];
             }
             const float a = apply_activation<kAct, kLimit>(gate, up, p.alpha, p.beta, p.limit);
-            p.act[(size_t)work.pairs[t] * kI + row] = f32_to_bf16(a);
+            p.act[(size_t)work.pairs[t] * kI + row] = f32_to_bf16(a * kActScale);  // FC2 reads it scaled
           }
         }
       }

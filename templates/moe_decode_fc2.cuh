@@ -14,7 +14,7 @@ struct DecodeFc2Params {
   const u8* s;              // prepared FC2 scales
   const float* gscale;       // [E] (NVFP4) or null
   const float* bias;         // [E][H] or null
-  const u16* act;            // [M*K][I] bf16 from FC1, row q
+  const u16* act;            // [M*K][I] bf16 times 2^64 from FC1, row q
   const float* topk_weights; // [M*K]
   float* partial;            // [M*K][H] fp32, row q
   i32* counters;             // [H/16], zero on entry, zero again on exit
@@ -54,7 +54,7 @@ __device__ void moe_decode_fc2(const DecodeFc2Params& p) {
       }
       float acc[kNT][1][4];
       // The first pass waits for FC1 after issuing its first weight loads.
-      slab_mma<kNvfp4, kI, 1, kWarps, kNT, kDepth>(ops.w, ops.s, rows, live, acc, !waited);
+      slab_mma<kNvfp4, kI, 1, kWarps, kNT, kDepth, false>(ops.w, ops.s, rows, live, acc, !waited);
       waited = true;
       reduce_over_warps<1, kWarps, kNT>(acc, red);
       if (warp == 0) {

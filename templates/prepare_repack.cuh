@@ -2,13 +2,13 @@
 // layout (see fp4_decode.cuh and docs/LAYOUT.md). One thread per 16-byte weight run or per packed
 // scale pair; K beyond the logical size is padded with zero codes.
 #pragma once
-#include "device_core.cuh"
+#include "fp4_decode.cuh"
 
 struct RepackParams {
   const u8* src;        // [E][logical rows][K/2] packed e2m1
   const u8* src_scale;  // [E][logical rows][K/block] scale codes
   u32x4* dst;           // [E][slabs][chunks][mats][32] runs
-  u8* dst_scale;        // [E][slabs][chunks][mats][8 row groups][2 rows][64/block blocks]
+  u8* dst_scale;        // [E][slabs][chunks][mats][8 row groups][64/block blocks][2 rows]
   i32 experts, slabs, mats, k, chunks, logical_rows, rows_per_mat, block, order;
 };
 
@@ -39,12 +39,13 @@ MOEJIT_DEVICE void repack_weights(const RepackParams& p) {
   u32 words[4];
   for (int s = 0; s < 4; ++s) {
     u32 w = 0;
-    for (int nib = 0; nib < 8; ++nib) {
-      const int part = nib & 3, high = nib >> 2;
-      const int kk = chunk * 64 + 16 * s + 4 * c4 + (part >= 2 ? 2 : 0) + high;
-      u32 code = 0;
-      if (kk < p.k) code = (rows[part & 1][kk >> 1] >> ((kk & 1) * 4)) & 0xFu;
-      w |= code << (4 * nib);
+    for (int part = 0; part < 4; ++part) {
+      for (int high = 0; high < 2; ++high) {
+        const int kk = chunk * 64 + 16 * s + 4 * c4 + (part >= 2 ? 2 : 0) + high;
+        u32 code = 0;
+        if (kk < p.k) code = (rows[part & 1][kk >> 1] >> ((kk & 1) * 4)) & 0xFu;
+        for (int bit = 0; bit < 4; ++bit) w |= ((code >> bit) & 1u) << fp4_bit_source(part, high, bit);
+      }
     }
     words[s] = w;
   }
@@ -57,8 +58,8 @@ MOEJIT_DEVICE void repack_scales(const RepackParams& p) {
   const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= total) return;
   long long rest = idx;
-  const int b = (int)(rest % per_chunk); rest /= per_chunk;
   const int h = (int)(rest % 2); rest /= 2;
+  const int b = (int)(rest % per_chunk); rest /= per_chunk;
   const int g = (int)(rest % 8); rest /= 8;
   const int mat = (int)(rest % p.mats); rest /= p.mats;
   const int chunk = (int)(rest % p.chunks); rest /= p.chunks;

@@ -17,8 +17,7 @@ struct ScaleGeometry {
 struct SlabOperands {
   const u32x4* w;  // this lane's first 16-byte run (chunk 0, matrix 0)
   const u8* s;     // the slab's scale bytes
-  float gs;        // NVFP4: global scale x the 2^62 MMA-scaling correction (MXFP4 folds it into the
-                   // block scales: 1)
+  float gs;        // global scale (NVFP4; 1 for MXFP4) x the 2^62 MMA-scaling correction
 };
 
 template <bool kNvfp4, int kChunks, int kMats, int kSlabs>
@@ -27,25 +26,31 @@ MOEJIT_DEVICE SlabOperands slab_operands(const u32x4* w, const u8* s, const floa
   const size_t slab_index = (size_t)e * kSlabs + slab;
   return SlabOperands{w + slab_index * kChunks * kMats * 32 + lane_id(),
                       s + slab_index * kChunks * kMats * SG::kBytesPerChunk,
-                      kNvfp4 ? gscale[e] * kAccScale : 1.f};
+                      kNvfp4 ? gscale[e] * kAccScale : kAccScale};
 }
 
 // w: this slab's first 16-byte run for this lane (chunk 0, matrix 0); runs of chunk c, matrix m are at
 // w + (c * kMats + m) * 32. s: this slab's scale plane; b_rows[nt]: the bf16 row of the token that is
-// column (lane/4) of n-tile nt, or nullptr (column contributes zeros).
+// column (lane/4) of n-tile nt, or nullptr (column contributes zeros). kScaleB: the rows hold plain
+// activations, multiplied by 2^64 here; otherwise they were stored multiplied (FC1's output).
 //
-// The loop over this warp's chunks runs kDepth chunks ahead, so each lane keeps kDepth * kMats
-// 16-byte weight loads in flight. Each k16 step's MMA result is scaled by its block scale in fp32
-// (every lane of a step shares the scale block), so weights go to the tensor cores undecorated.
-template <bool kNvfp4, int kK, int kMats, int kWarps, int kNT, int kDepth>
+// Each warp walks its chunks (warp, warp + kWarps, ...) with running pointers, kDepth chunks ahead, so
+// each lane keeps kDepth * kMats 16-byte weight loads in flight. Each scale block's MMA result is
+// scaled by its block scale in fp32 (every lane of a step shares the scale block), so weights go to
+// the tensor cores as placed bits.
+template <bool kNvfp4, int kK, int kMats, int kWarps, int kNT, int kDepth, bool kScaleB>
 MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_rows)[kNT], int live_tiles,
                             float (&acc)[kNT][kMats][4], bool wait_primary_after_prefetch) {
   using SG = ScaleGeometry<kNvfp4>;
   constexpr int kChunks = (kK + 63) / 64;
-  constexpr int kIters = (kChunks + kWarps - 1) / kWarps;  // chunks of the busiest warp
+  constexpr int kWStride = kWarps * kMats * 32;               // u32x4 runs per warp step
+  constexpr int kSStride = kWarps * kMats * SG::kBytesPerChunk;
+  constexpr int kXStride = kWarps * 64;                       // bf16 elements per warp step
+  constexpr int kStepsPerBlock = kNvfp4 ? 1 : 2;              // MXFP4 blocks span two k16 steps
   const int lane = lane_id(), warp = threadIdx.x >> 5;
   const int g = lane >> 2;
   const int kofs = 4 * (lane & 3);
+  const int my_chunks = warp < kChunks ? (kChunks - 1 - warp) / kWarps + 1 : 0;
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
@@ -53,89 +58,102 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[nt][m][i] = 0.f;
 
-  u32x4 wq[kDepth][kMats];
-  u32x2 sq[kDepth][kMats];
-  // Loads chunk iteration `it` of this warp into ring slot `slot` (nothing past the end).
-  auto issue = [&](int it, int slot) {
-    const int c = warp + it * kWarps;
-    if (it < kIters && c < kChunks) {
+  const u32x4* wp = w + warp * kMats * 32;
+  const u8* sp = s + warp * kMats * SG::kBytesPerChunk + g * SG::kBytesPerLane;
+  // A ring of kDepth + 1 slots: chunk i lives in slot i % kRing, and the load of chunk i + kDepth goes
+  // to the slot chunk i - 1 left, so nothing is copied between slots.
+  constexpr int kRing = kDepth + 1;
+  u32x4 wq[kRing][kMats];
+  u32x2 sq[kRing][kMats];
+  int issued = 0;
+  // Loads this warp's next chunk into ring slot `slot` (nothing past the warp's last chunk).
+  auto issue = [&](int slot) {
+    if (issued < my_chunks) {
 #pragma unroll
       for (int m = 0; m < kMats; ++m) {
-        wq[slot][m] = ld_stream_16(w + (c * kMats + m) * 32);
-        const u8* sp = s + (c * kMats + m) * SG::kBytesPerChunk + g * SG::kBytesPerLane;
-        sq[slot][m] = kNvfp4 ? ld_stream_8(sp) : u32x2{ld_stream_4(sp), 0u};
+        wq[slot][m] = ld_stream_16(wp + m * 32);
+        const u8* smp = sp + m * SG::kBytesPerChunk;
+        sq[slot][m] = kNvfp4 ? ld_stream_8(smp) : u32x2{ld_stream_4(smp), 0u};
       }
     }
+    ++issued;
+    wp += kWStride;
+    sp += kSStride;
   };
 #pragma unroll
-  for (int it = 0; it < kDepth; ++it) issue(it, it);
+  for (int j = 0; j < kDepth; ++j) issue(j);
   // Weights never depend on the previous kernel, so a programmatic dependent waits only here, after
   // its first loads are in flight and before touching the previous kernel's outputs (b_rows).
   if (wait_primary_after_prefetch) pdl_wait_primary();
 
-  // Rolled over groups of kDepth iterations, unrolled inside a group so that ring slots are
-  // compile-time register indices (a full unroll spills at large K).
+  const u16* xp[kNT];
+  bool x_live[kNT];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+    x_live[nt] = b_rows[nt] != nullptr;
+    xp[nt] = (x_live[nt] ? b_rows[nt] : reinterpret_cast<const u16*>(w)) + warp * 64 + kofs;
+  }
+  int k0 = warp * 64 + kofs;  // true K of this lane's first element in the current chunk
+
+  // Rolled over groups of kRing chunks, unrolled inside a group so that ring slots are compile-time
+  // register indices (a full unroll spills at large K).
 #pragma unroll 1
-  for (int base = 0; base < kIters; base += kDepth) {
+  for (int base = 0; base < my_chunks; base += kRing) {
 #pragma unroll
-  for (int j = 0; j < kDepth; ++j) {
-    const int it = base + j;
-    const int c = warp + it * kWarps;
-    if (it >= kIters || c >= kChunks) break;
-    u32x4 wc[kMats];
-    u32x2 sc[kMats];
+    for (int j = 0; j < kRing; ++j) {
+      if (base + j >= my_chunks) break;
+      issue((j + kDepth) % kRing);
+      const u32x4 (&wc)[kMats] = wq[j];
+      const u32x2 (&sc)[kMats] = sq[j];
 #pragma unroll
-    for (int m = 0; m < kMats; ++m) { wc[m] = wq[j][m]; sc[m] = sq[j][m]; }
-    issue(it + kDepth, j);
-    const int k0 = c * 64 + kofs;
-    // NVFP4: one scale block per k16 step; MXFP4: steps (0,1) and (2,3) share one.
-    constexpr int kStepsPerBlock = kNvfp4 ? 1 : 2;
+      for (int st0 = 0; st0 < 4; st0 += kStepsPerBlock) {
+        float d[kMats][kNT][4];
 #pragma unroll
-    for (int st0 = 0; st0 < 4; st0 += kStepsPerBlock) {
-      float d[kMats][kNT][4];
+        for (int m = 0; m < kMats; ++m)
 #pragma unroll
-      for (int m = 0; m < kMats; ++m)
+          for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
+            for (int i = 0; i < 4; ++i) d[m][nt][i] = 0.f;
 #pragma unroll
-          for (int i = 0; i < 4; ++i) d[m][nt][i] = 0.f;
+        for (int st = st0; st < st0 + kStepsPerBlock; ++st) {
+          // This step's activation piece (8 bytes per token), times 2^64.
+          u32x2 xv[kNT];
 #pragma unroll
-      for (int st = st0; st < st0 + kStepsPerBlock; ++st) {
-        // This step's activation piece (8 bytes per token), pre-scaled by 2^64.
-        u32x2 xv[kNT];
+          for (int nt = 0; nt < kNT; ++nt) {
+            if (x_live[nt] && (kK % 64 == 0 || k0 + 16 * st < kK)) {
+              const u32x2 v = ld_nc_8(xp[nt] + 16 * st);
+              xv[nt] = kScaleB ? u32x2{bf16x2_mul(v.x, kActScaleBf16x2), bf16x2_mul(v.y, kActScaleBf16x2)} : v;
+            } else {
+              xv[nt] = u32x2{0u, 0u};
+            }
+          }
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-          if (b_rows[nt] != nullptr && (kK % 64 == 0 || k0 + 16 * st < kK)) {
-            const u32x2 v = ld_nc_8(b_rows[nt] + k0 + 16 * st);
-            xv[nt] = u32x2{bf16x2_mul(v.x, kActScaleBf16x2), bf16x2_mul(v.y, kActScaleBf16x2)};
-          } else {
-            xv[nt] = u32x2{0u, 0u};
+          for (int m = 0; m < kMats; ++m) {
+            const u32 word = st == 0 ? wc[m].x : st == 1 ? wc[m].y : st == 2 ? wc[m].z : wc[m].w;
+            u32 a[4];
+            fp4_decode_word(word, a);
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+              if (nt == 0 || nt < live_tiles) mma_bf16_16816(d[m][nt], a, xv[nt].x, xv[nt].y);
           }
         }
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
-          const u32 word = st == 0 ? wc[m].x : st == 1 ? wc[m].y : st == 2 ? wc[m].z : wc[m].w;
-          u32 a[4];
-          fp4_decode_word(word, a);
+          float sg, sg8;
+          block_scales<kNvfp4>(sc[m], st0 / kStepsPerBlock, sg, sg8);
 #pragma unroll
-          for (int nt = 0; nt < kNT; ++nt)
-            if (nt == 0 || nt < live_tiles) mma_bf16_16816(d[m][nt], a, xv[nt].x, xv[nt].y);
+          for (int nt = 0; nt < kNT; ++nt) {
+            acc[nt][m][0] = fmaf(d[m][nt][0], sg, acc[nt][m][0]);
+            acc[nt][m][1] = fmaf(d[m][nt][1], sg, acc[nt][m][1]);
+            acc[nt][m][2] = fmaf(d[m][nt][2], sg8, acc[nt][m][2]);
+            acc[nt][m][3] = fmaf(d[m][nt][3], sg8, acc[nt][m][3]);
+          }
         }
       }
 #pragma unroll
-      for (int m = 0; m < kMats; ++m) {
-        float sg, sg8;
-        step_scales<kNvfp4>(sc[m], st0, sg, sg8);
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-          acc[nt][m][0] = fmaf(d[m][nt][0], sg, acc[nt][m][0]);
-          acc[nt][m][1] = fmaf(d[m][nt][1], sg, acc[nt][m][1]);
-          acc[nt][m][2] = fmaf(d[m][nt][2], sg8, acc[nt][m][2]);
-          acc[nt][m][3] = fmaf(d[m][nt][3], sg8, acc[nt][m][3]);
-        }
-      }
+      for (int nt = 0; nt < kNT; ++nt) xp[nt] += kXStride;
+      k0 += kXStride;
     }
-  }
   }
 }
 
