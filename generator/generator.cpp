@@ -34,6 +34,11 @@ GeneratedSource generate_source(const KernelKey& raw) {
   // SM stay resident. Wide token tiles (4+) keep their accumulators instead.
   const int min_blocks =
       key.min_blocks > 0 ? key.min_blocks : (key.ntiles >= 4 ? 1 : std::max(1, 512 / threads));
+  // The activation ring costs ~16 registers per thread: FC1 (two matrices in flight) takes it only
+  // when the register cap leaves 80; FC2 always. Wider token tiles load activations step by step.
+  const int register_cap = 65536 / (min_blocks * threads);
+  const bool prefetch_x =
+      key.ntiles == 1 && (key.kind == KernelKind::decode_fc2 || register_cap >= 80);
   std::string header = fmt::format("// moejit generated kernel\n// key: {}\n", key.str());
   if (key.inline_route)
     header += fmt::format("#define MOEJIT_INLINE_ROUTE_MAX_PAIRS {}\n", kInlineRouteMaxPairs);
@@ -58,18 +63,19 @@ GeneratedSource generate_source(const KernelKey& raw) {
       out.source = header + fmt::format(
           "#include \"moe_decode_fc1.cuh\"\n"
           "extern \"C\" __global__ void __launch_bounds__({0}, {13}) {1}(const DecodeFc1Params p) {{\n"
-          "  moe_decode_fc1<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}>(p);\n}}\n",
+          "  moe_decode_fc1<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {14}>(p);\n}}\n",
           threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), act_code(key.activation),
           cpp_bool(key.limit), cpp_bool(key.bias), key.experts, key.hidden, key.intermediate, key.warps, key.ntiles,
-          key.depth, cpp_bool(key.inline_route), min_blocks);
+          key.depth, cpp_bool(key.inline_route), min_blocks, cpp_bool(prefetch_x));
       break;
     case KernelKind::decode_fc2:
       out.source = header + fmt::format(
           "#include \"moe_decode_fc2.cuh\"\n"
           "extern \"C\" __global__ void __launch_bounds__({0}, {11}) {1}(const DecodeFc2Params p) {{\n"
-          "  moe_decode_fc2<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}>(p);\n}}\n",
+          "  moe_decode_fc2<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {12}>(p);\n}}\n",
           threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), cpp_bool(key.bias), key.experts,
-          key.hidden, key.intermediate, key.warps, key.ntiles, key.depth, cpp_bool(key.inline_route), min_blocks);
+          key.hidden, key.intermediate, key.warps, key.ntiles, key.depth, cpp_bool(key.inline_route), min_blocks,
+          cpp_bool(prefetch_x));
       break;
   }
   return out;

@@ -41,16 +41,61 @@ int decode_ntiles(const LayerSpec& spec, int tokens) {
   return std::clamp(nt, 1, 8);
 }
 
-// MOEJIT_DECODE_TILE="w<warps>d<depth>[o<CTAs per SM>]" overrides the decode tile, for tuning sweeps
-// with `moejit bench` (keys stay canonical, so the cache and prewarm see exactly what runs).
-void apply_tuning_overrides(KernelKey& k) {
-  const char* env = std::getenv("MOEJIT_DECODE_TILE");
+// Distinct experts M tokens are expected to touch under balanced routing: E * (1 - (1 - K/E)^M).
+double expected_experts(const LayerSpec& spec, int tokens) {
+  const double p = static_cast<double>(spec.top_k) / spec.experts;
+  return std::min<double>(spec.experts, spec.experts * (1.0 - std::pow(1.0 - p, tokens)));
+}
+
+// Decode grids are (16-row slabs) x (active experts) CTAs whose warps split K. At decode a warp's
+// life is a chain of dependent chunk loads, so the tile aims for one wave that fills the SMs with
+// warps (32 per SM at 64 registers). FC2 (split_k_freely): warps per CTA = one-wave warps / CTAs,
+// rounded down to 4, 2 or 1 (1 and 2 measured best for grids of thousands of CTAs, 6 and 8 slower
+// everywhere, docs/PERFORMANCE.md); FC1 keeps 4 warps. Registers: 80 per thread (6 CTAs of 4 warps
+// per SM), which lets the activations ride one chunk ahead, unless the grid fits one wave only at 8
+// CTAs per SM; then 64. Two token tiles: 4 warps, FC1 at 128 registers and FC2 at 80 (no spills).
+void choose_decode_tile(KernelKey& k, double ctas, int sm_count, bool split_k_freely) {
+  if (k.ntiles > 2) {  // wide token tiles keep registers for their accumulators
+    k.warps = 4;
+    k.depth = k.ntiles == 4 ? 2 : 1;
+    k.min_blocks = 0;
+    return;
+  }
+  const double one_wave_warps = 32.0 * sm_count;
+  const int warps = !split_k_freely || k.ntiles > 1 || ctas * 4 <= one_wave_warps
+                        ? 4
+                        : (ctas * 2 <= one_wave_warps ? 2 : 1);
+  k.warps = warps;
+  k.depth = 1;
+  if (warps == 4) {
+    const bool fits_at_6 = ctas <= 6.0 * sm_count, fits_at_8 = ctas <= 8.0 * sm_count;
+    if (k.ntiles == 2) {
+      // FC1 holds two matrices x two tiles of accumulators: 128 registers (no spill), FC2 80.
+      k.min_blocks = k.kind == KernelKind::decode_fc1 ? 4 : 6;
+    } else {
+      k.min_blocks = !fits_at_6 && fits_at_8 ? 8 : 6;
+    }
+  } else {
+    k.min_blocks = 32 / warps;
+  }
+}
+
+// MOEJIT_DECODE_TILE="w<warps>d<depth>[o<CTAs per SM>]" overrides the decode tile of FC1 and FC2,
+// MOEJIT_DECODE_TILE_FC1 / _FC2 one kernel only (they win over the shared one), for tuning sweeps with
+// `moejit bench` (keys stay canonical, so the cache and prewarm see exactly what runs).
+void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
+  const char* name = specific_variable;
+  const char* env = std::getenv(name);
+  if (!env || !*env) {
+    name = "MOEJIT_DECODE_TILE";
+    env = std::getenv(name);
+  }
   if (!env || !*env) return;
   int warps = 0, depth = 0, blocks = 0;
   const int n = std::sscanf(env, "w%dd%do%d", &warps, &depth, &blocks);
   if (n < 2 || warps < 1 || warps > 16 || depth < 1 || depth > 8 || blocks < 0 || blocks > 32)
-    throw Error(fmt::format("MOEJIT_DECODE_TILE='{}' must look like w4d2 or w4d2o6 (warps 1..16, depth 1..8, "
-                            "CTAs per SM 0..32)", env));
+    throw Error(fmt::format("{}='{}' must look like w4d2 or w4d2o6 (warps 1..16, depth 1..8, CTAs per SM 0..32)",
+                            name, env));
   k.warps = warps;
   k.depth = depth;
   k.min_blocks = blocks;
@@ -74,7 +119,6 @@ KernelKey base_key(const LayerSpec& spec, Arch arch) {
 Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Family force) {
   spec.validate();
   if (tokens < 0) throw Error(fmt::format("tokens must be >= 0, got {}", tokens));
-  (void)sm_count;
   Family family = force == Family::automatic ? Family::decode : force;
   if (family == Family::decode && tokens > kDecodeMaxTokens)
     throw Error(fmt::format("the decode family serves at most {} tokens, asked for {}", kDecodeMaxTokens, tokens));
@@ -87,18 +131,17 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   KernelKey fc1 = base_key(spec, arch);
   fc1.kind = KernelKind::decode_fc1;
   fc1.ntiles = decode_ntiles(spec, std::max(tokens, 1));
-  // Four warps split K. Narrow token tiles: one chunk ahead with registers capped for 8 CTAs per SM
-  // (a single wave at decode grids), the measured best of w2..w8 x d1..d4 x 4..8 CTAs/SM on the H200
-  // (docs/PERFORMANCE.md). Wider tiles keep registers for their accumulators.
-  fc1.warps = 4;
-  fc1.depth = fc1.ntiles <= 2 ? 1 : (fc1.ntiles == 4 ? 2 : 1);
-  fc1.min_blocks = fc1.ntiles <= 2 ? 8 : 0;
-  apply_tuning_overrides(fc1);
-  // Few pairs: every decode CTA routes for itself, saving the route launch.
-  fc1.inline_route = static_cast<long long>(tokens) * spec.top_k <= kInlineRouteMaxPairs && spec.experts <= 1024;
+  const int sms = sm_count > 0 ? sm_count : 132;
+  const double experts_touched = std::max(1.0, expected_experts(spec, std::max(tokens, 1)));
+  choose_decode_tile(fc1, spec.intermediate / 16 * experts_touched, sms, /*split_k_freely=*/false);
   KernelKey fc2 = fc1;
   fc2.kind = KernelKind::decode_fc2;
-  apply_tuning_overrides(fc2);
+  choose_decode_tile(fc2, spec.hidden / 16 * experts_touched, sms, /*split_k_freely=*/true);
+  apply_tuning_overrides(fc1, "MOEJIT_DECODE_TILE_FC1");
+  apply_tuning_overrides(fc2, "MOEJIT_DECODE_TILE_FC2");
+  // Few pairs: every decode CTA routes for itself, saving the route launch.
+  fc1.inline_route = static_cast<long long>(tokens) * spec.top_k <= kInlineRouteMaxPairs && spec.experts <= 1024;
+  fc2.inline_route = fc1.inline_route;
   if (fc1.inline_route)
     plan.kernels = {fc1.normalized(), fc2.normalized()};
   else

@@ -19,7 +19,7 @@ struct DecodeFc1Params {
   RoutingArgs route;
 };
 
-template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kDepth, bool kInline>
+template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kDepth, bool kInline, bool kPrefetchX>
 __device__ void moe_decode_fc1(const DecodeFc1Params& p) {
   constexpr int kMats = kAct == kActRelu2 ? 1 : 2;
   constexpr int kChunks = (kH + 63) / 64;
@@ -48,7 +48,7 @@ __device__ void moe_decode_fc1(const DecodeFc1Params& p) {
       rows[nt] = t < count ? p.x + (size_t)(work.pairs[t] / p.route.top_k) * kH : nullptr;
     }
     float acc[kNT][kMats][4];
-    slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kDepth, true>(ops.w, ops.s, rows, live, acc, false);
+    slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kDepth, true, kPrefetchX>(ops.w, ops.s, rows, live, acc, false);
     reduce_over_warps<kMats, kWarps, kNT>(acc, red);
     if (warp == 0) {
 #pragma unroll

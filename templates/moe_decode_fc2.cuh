@@ -23,7 +23,7 @@ struct DecodeFc2Params {
   RoutingArgs route;
 };
 
-template <bool kNvfp4, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kDepth, bool kInline>
+template <bool kNvfp4, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kDepth, bool kInline, bool kPrefetchX>
 __device__ void moe_decode_fc2(const DecodeFc2Params& p) {
   constexpr int kChunks = (kI + 63) / 64;
   constexpr int kSlabs = kH / 16;
@@ -54,7 +54,7 @@ __device__ void moe_decode_fc2(const DecodeFc2Params& p) {
       }
       float acc[kNT][1][4];
       // The first pass waits for FC1 after issuing its first weight loads.
-      slab_mma<kNvfp4, kI, 1, kWarps, kNT, kDepth, false>(ops.w, ops.s, rows, live, acc, !waited);
+      slab_mma<kNvfp4, kI, 1, kWarps, kNT, kDepth, false, kPrefetchX>(ops.w, ops.s, rows, live, acc, !waited);
       waited = true;
       reduce_over_warps<1, kWarps, kNT>(acc, red);
       if (warp == 0) {

@@ -33,12 +33,13 @@ MOEJIT_DEVICE SlabOperands slab_operands(const u32x4* w, const u8* s, const floa
 // w + (c * kMats + m) * 32. s: this slab's scale plane; b_rows[nt]: the bf16 row of the token that is
 // column (lane/4) of n-tile nt, or nullptr (column contributes zeros). kScaleB: the rows hold plain
 // activations, multiplied by 2^64 here; otherwise they were stored multiplied (FC1's output).
+// kPrefetchX: see the activation ring below.
 //
 // Each warp walks its chunks (warp, warp + kWarps, ...) with running pointers, kDepth chunks ahead, so
 // each lane keeps kDepth * kMats 16-byte weight loads in flight. Each scale block's MMA result is
 // scaled by its block scale in fp32 (every lane of a step shares the scale block), so weights go to
 // the tensor cores as placed bits.
-template <bool kNvfp4, int kK, int kMats, int kWarps, int kNT, int kDepth, bool kScaleB>
+template <bool kNvfp4, int kK, int kMats, int kWarps, int kNT, int kDepth, bool kScaleB, bool kPrefetchX>
 MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_rows)[kNT], int live_tiles,
                             float (&acc)[kNT][kMats][4], bool wait_primary_after_prefetch) {
   using SG = ScaleGeometry<kNvfp4>;
@@ -86,6 +87,11 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   // its first loads are in flight and before touching the previous kernel's outputs (b_rows).
   if (wait_primary_after_prefetch) pdl_wait_primary();
 
+  // Activation pieces (per step 8 bytes per token: the lane's K values 4c..4c+3 of the step, times 2^64
+  // on use when kScaleB). kPrefetchX: they ride one chunk ahead in the ring, so no step waits on a
+  // fresh load (16 more registers per token tile); otherwise each step loads its own piece, and
+  // issue_x only advances the pointers.
+  u32x2 xq[kRing][kNT][4];
   const u16* xp[kNT];
   bool x_live[kNT];
 #pragma unroll
@@ -93,7 +99,23 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
     x_live[nt] = b_rows[nt] != nullptr;
     xp[nt] = (x_live[nt] ? b_rows[nt] : reinterpret_cast<const u16*>(w)) + warp * 64 + kofs;
   }
-  int k0 = warp * 64 + kofs;  // true K of this lane's first element in the current chunk
+  int x_issued = 0;
+  int kx = warp * 64 + kofs;  // true K of this lane's first element in the next chunk to load
+  auto issue_x = [&](int slot) {
+    if (kPrefetchX && x_issued < my_chunks) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int st = 0; st < 4; ++st)
+          xq[slot][nt][st] = x_live[nt] && (kK % 64 == 0 || kx + 16 * st < kK) ? ld_nc_8(xp[nt] + 16 * st)
+                                                                               : u32x2{0u, 0u};
+    }
+    ++x_issued;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) xp[nt] += kXStride;
+    kx += kXStride;
+  };
+  if (kPrefetchX) issue_x(0);
 
   // Rolled over groups of kRing chunks, unrolled inside a group so that ring slots are compile-time
   // register indices (a full unroll spills at large K).
@@ -103,6 +125,7 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
     for (int j = 0; j < kRing; ++j) {
       if (base + j >= my_chunks) break;
       issue((j + kDepth) % kRing);
+      issue_x(kPrefetchX ? (j + 1) % kRing : j);
       const u32x4 (&wc)[kMats] = wq[j];
       const u32x2 (&sc)[kMats] = sq[j];
 #pragma unroll
@@ -116,16 +139,15 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
             for (int i = 0; i < 4; ++i) d[m][nt][i] = 0.f;
 #pragma unroll
         for (int st = st0; st < st0 + kStepsPerBlock; ++st) {
-          // This step's activation piece (8 bytes per token), times 2^64.
           u32x2 xv[kNT];
 #pragma unroll
           for (int nt = 0; nt < kNT; ++nt) {
-            if (x_live[nt] && (kK % 64 == 0 || k0 + 16 * st < kK)) {
-              const u32x2 v = ld_nc_8(xp[nt] + 16 * st);
-              xv[nt] = kScaleB ? u32x2{bf16x2_mul(v.x, kActScaleBf16x2), bf16x2_mul(v.y, kActScaleBf16x2)} : v;
-            } else {
-              xv[nt] = u32x2{0u, 0u};
-            }
+            // Without the ring each step loads its own piece right here (fewer live registers).
+            const u32x2 v = kPrefetchX ? xq[j][nt][st]
+                            : x_live[nt] && (kK % 64 == 0 || kx - kXStride + 16 * st < kK)
+                                ? ld_nc_8(xp[nt] - kXStride + 16 * st)
+                                : u32x2{0u, 0u};
+            xv[nt] = kScaleB ? u32x2{bf16x2_mul(v.x, kActScaleBf16x2), bf16x2_mul(v.y, kActScaleBf16x2)} : v;
           }
 #pragma unroll
           for (int m = 0; m < kMats; ++m) {
@@ -150,9 +172,6 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
           }
         }
       }
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) xp[nt] += kXStride;
-      k0 += kXStride;
     }
   }
 }
