@@ -68,6 +68,15 @@ GeneratedSource generate_source(const KernelKey& raw) {
           cpp_bool(key.limit), cpp_bool(key.bias), key.experts, key.hidden, key.intermediate, key.warps, key.ntiles,
           key.depth, cpp_bool(key.inline_route), min_blocks, cpp_bool(prefetch_x));
       break;
+    case KernelKind::decode_fused:
+      out.source = header + fmt::format(
+          "#include \"moe_decode_fused.cuh\"\n"
+          "extern \"C\" __global__ void __launch_bounds__({0}, {13}) {1}(const DecodeFusedParams p) {{\n"
+          "  moe_decode_fused<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {14}>(p);\n}}\n",
+          threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), act_code(key.activation),
+          cpp_bool(key.limit), cpp_bool(key.bias), key.experts, key.hidden, key.intermediate, key.warps, key.ntiles,
+          key.depth, cpp_bool(key.inline_route), min_blocks, cpp_bool(prefetch_x));
+      break;
     case KernelKind::decode_fc2:
       out.source = header + fmt::format(
           "#include \"moe_decode_fc2.cuh\"\n"

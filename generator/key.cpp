@@ -16,14 +16,17 @@ std::string_view to_string(KernelKind k) {
     case KernelKind::route: return "route";
     case KernelKind::decode_fc1: return "decode_fc1";
     case KernelKind::decode_fc2: return "decode_fc2";
+    case KernelKind::decode_fused: return "decode_fused";
   }
   return "?";
 }
 
 KernelKind parse_kernel_kind(std::string_view s) {
-  for (auto k : {KernelKind::prepare, KernelKind::route, KernelKind::decode_fc1, KernelKind::decode_fc2})
+  for (auto k : {KernelKind::prepare, KernelKind::route, KernelKind::decode_fc1, KernelKind::decode_fc2,
+                 KernelKind::decode_fused})
     if (to_string(k) == s) return k;
-  throw Error(fmt::format("kernel kind '{}' is unknown (expected prepare, route, decode_fc1 or decode_fc2)", s));
+  throw Error(fmt::format(
+      "kernel kind '{}' is unknown (expected prepare, route, decode_fc1, decode_fc2 or decode_fused)", s));
 }
 
 std::string KernelKey::str() const {

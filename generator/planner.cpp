@@ -21,6 +21,15 @@ std::string_view to_string(Family f) {
   return "?";
 }
 
+std::string_view to_string(DecodeLaunch l) {
+  switch (l) {
+    case DecodeLaunch::pdl: return "pdl";
+    case DecodeLaunch::plain: return "plain";
+    case DecodeLaunch::cooperative: return "cooperative";
+  }
+  return "?";
+}
+
 Family parse_family(std::string_view s) {
   if (s == "auto") return Family::automatic;
   if (s == "decode") return Family::decode;
@@ -101,6 +110,14 @@ void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
   k.min_blocks = blocks;
 }
 
+DecodeLaunch decode_launch_from_env() {
+  const char* env = std::getenv("MOEJIT_DECODE_LAUNCH");
+  if (!env || !*env) return DecodeLaunch::pdl;
+  for (auto l : {DecodeLaunch::pdl, DecodeLaunch::plain, DecodeLaunch::cooperative})
+    if (to_string(l) == env) return l;
+  throw Error(fmt::format("MOEJIT_DECODE_LAUNCH='{}' must be pdl, plain or cooperative", env));
+}
+
 KernelKey base_key(const LayerSpec& spec, Arch arch) {
   KernelKey k;
   k.arch = arch;
@@ -142,6 +159,17 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   // Few pairs: every decode CTA routes for itself, saving the route launch.
   fc1.inline_route = static_cast<long long>(tokens) * spec.top_k <= kInlineRouteMaxPairs && spec.experts <= 1024;
   fc2.inline_route = fc1.inline_route;
+  plan.launch = decode_launch_from_env();
+  if (plan.launch == DecodeLaunch::cooperative) {
+    // One block shape for both phases: FC1's tile.
+    KernelKey fused = fc1;
+    fused.kind = KernelKind::decode_fused;
+    if (fc1.inline_route)
+      plan.kernels = {fused.normalized()};
+    else
+      plan.kernels = {route.normalized(), fused.normalized()};
+    return plan;
+  }
   if (fc1.inline_route)
     plan.kernels = {fc1.normalized(), fc2.normalized()};
   else
@@ -157,7 +185,7 @@ std::vector<KernelKey> keys_for_range(const LayerSpec& spec, Arch arch, int max_
 }
 
 std::string Plan::describe() const {
-  std::string s = fmt::format("M={} family={}", tokens, to_string(family));
+  std::string s = fmt::format("M={} family={} launch={}", tokens, to_string(family), to_string(launch));
   for (const auto& k : kernels) s += fmt::format(" {}", k.str());
   return s;
 }

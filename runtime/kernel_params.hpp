@@ -37,4 +37,11 @@ struct DecodeFc2Params {
   RoutingArgs route;
 };
 
+struct DecodeFusedParams {
+  DecodeFc1Params fc1;
+  DecodeFc2Params fc2;
+  dptr barrier;
+  int32_t slots;
+};
+
 }  // namespace moejit::detail

@@ -143,16 +143,19 @@ void Runtime::forward(const PreparedLayer& layer_base, const ForwardArgs& a) {
                      static_cast<CUstream>(a.stream),
                      a.swiglu_alpha.value_or(spec.swiglu_alpha),
                      a.swiglu_beta.value_or(spec.swiglu_beta),
-                     a.limit ? *a.limit : spec.limit.value_or(0.f)};
+                     a.limit ? *a.limit : spec.limit.value_or(0.f),
+                     impl_->sms};
   switch (plan.family) {
     case Family::decode:
-      if (plan.kernels.at(0).kind == KernelKind::route) {
-        launch_route(ctx, plan.kernels.at(0));
-        launch_decode(ctx, plan.kernels.at(1), plan.kernels.at(2));
-      } else {
-        launch_decode(ctx, plan.kernels.at(0), plan.kernels.at(1));
-      }
+    {
+      size_t next = 0;
+      if (plan.kernels.at(0).kind == KernelKind::route) launch_route(ctx, plan.kernels.at(next++));
+      if (plan.launch == DecodeLaunch::cooperative)
+        launch_decode_fused(ctx, plan.kernels.at(next));
+      else
+        launch_decode(ctx, plan.kernels.at(next), plan.kernels.at(next + 1));
       return;
+    }
     case Family::automatic: break;
   }
   throw Error("forward: the planner returned no family");

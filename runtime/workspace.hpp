@@ -9,6 +9,7 @@ namespace moejit::detail {
 
 struct WorkspaceLayout {
   size_t num_active = 0, active_expert = 0, active_offset = 0, pair_index = 0, counters = 0, act = 0, partial = 0;
+  size_t barrier = 0;  // cooperative launch: [arrivals, generation]
   size_t total = 0;
 
   static WorkspaceLayout make(const LayerSpec& spec, int max_tokens) {
@@ -28,6 +29,7 @@ struct WorkspaceLayout {
     w.counters = take(static_cast<size_t>(spec.hidden / 16) * sizeof(int32_t));
     w.act = take(pairs * spec.intermediate * sizeof(uint16_t));
     w.partial = take(pairs * spec.hidden * sizeof(float));
+    w.barrier = take(2 * sizeof(uint32_t));
     w.total = at;
     return w;
   }

@@ -20,16 +20,13 @@ struct DecodeFc1Params {
 };
 
 template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kDepth, bool kInline, bool kPrefetchX>
-__device__ void moe_decode_fc1(const DecodeFc1Params& p) {
+__device__ void moe_decode_fc1_item(const DecodeFc1Params& p, int slab, int slot) {
   constexpr int kMats = kAct == kActRelu2 ? 1 : 2;
   constexpr int kChunks = (kH + 63) / 64;
   constexpr int kSlabs = kI / 16;
   __shared__ float red[kWarps > 1 ? kWarps * kNT * kMats * 4 * 32 : 1];
   __shared__ InlineRouteShared route_sh;
 
-  const int slab = blockIdx.x, slot = blockIdx.y;
-  // Let FC2 start its weight prefetch as soon as every FC1 CTA is resident.
-  pdl_launch_dependents();
   if (kInline && slab == 0 && slot == 0)
     for (int i = threadIdx.x; i < p.num_counters; i += blockDim.x) p.counters[i] = 0;
   const ExpertWork work = expert_work<kInline, kE>(p.route, slot, route_sh);
@@ -71,4 +68,13 @@ __device__ void moe_decode_fc1(const DecodeFc1Params& p) {
     }
     __syncthreads();  // red is reused by the next pass
   }
+}
+
+// One CTA per (slab, slot) item.
+template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kDepth, bool kInline, bool kPrefetchX>
+__device__ void moe_decode_fc1(const DecodeFc1Params& p) {
+  // Let FC2 start its weight prefetch as soon as every FC1 CTA is resident.
+  pdl_launch_dependents();
+  moe_decode_fc1_item<kNvfp4, kAct, kLimit, kBias, kE, kH, kI, kWarps, kNT, kDepth, kInline, kPrefetchX>(
+      p, blockIdx.x, blockIdx.y);
 }

@@ -24,14 +24,13 @@ struct DecodeFc2Params {
 };
 
 template <bool kNvfp4, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kDepth, bool kInline, bool kPrefetchX>
-__device__ void moe_decode_fc2(const DecodeFc2Params& p) {
+__device__ void moe_decode_fc2_item(const DecodeFc2Params& p, int slab, int slot) {
   constexpr int kChunks = (kI + 63) / 64;
   constexpr int kSlabs = kH / 16;
   __shared__ float red[kWarps > 1 ? kWarps * kNT * 4 * 32 : 1];
   __shared__ InlineRouteShared route_sh;
   __shared__ int is_last;
 
-  const int slab = blockIdx.x, slot = blockIdx.y;
   // Inline routing reads only topk_ids; the route kernel's lists were complete before FC1 started.
   const ExpertWork work = expert_work<kInline, kE>(p.route, slot, route_sh);
   // With no routed pair at all, slot 0 still takes part so that out is written (with zeros).
@@ -96,4 +95,10 @@ __device__ void moe_decode_fc2(const DecodeFc2Params& p) {
     p.out[(size_t)m * kH + row] = f32_to_bf16(sum);
   }
   if (threadIdx.x == 0) p.counters[slab] = 0;
+}
+
+// One CTA per (slab, slot) item.
+template <bool kNvfp4, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kDepth, bool kInline, bool kPrefetchX>
+__device__ void moe_decode_fc2(const DecodeFc2Params& p) {
+  moe_decode_fc2_item<kNvfp4, kBias, kE, kH, kI, kWarps, kNT, kDepth, kInline, kPrefetchX>(p, blockIdx.x, blockIdx.y);
 }

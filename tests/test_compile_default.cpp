@@ -54,3 +54,16 @@ TEST_CASE("every key of the default config compiles for sm_90a with at most a fe
 TEST_CASE("every key of the default config compiles for sm_120a", "[compile][sm_120a]") {
   compile_all(Arch::sm_120a, /*bound_spills=*/false);
 }
+
+TEST_CASE("the cooperative single-launch variant compiles for both architectures", "[compile]") {
+  const ModelConfig cfg = load_model_config(default_config_name());
+  for (Arch arch : {Arch::sm_90a, Arch::sm_120a}) {
+    KernelKey key = make_plan(cfg.local(), arch, 1, 132).kernels.front();
+    key.kind = KernelKind::decode_fused;
+    INFO("key " << key.normalized().str());
+    CompileOutput out;
+    REQUIRE_NOTHROW(out = compile_source(generate_source(key.normalized()), arch));
+    CHECK(out.binary.size() > 0);
+    if (arch == Arch::sm_90a) CHECK(out.spill_bytes <= kMaxSpillBytes);
+  }
+}

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cctype>
+#include <cstdlib>
 #include <set>
 
 #include "moejit/error.hpp"
@@ -29,7 +30,8 @@ LayerSpec gptoss() {
 std::vector<KernelKey> sample_keys() {
   std::vector<KernelKey> keys;
   for (Arch a : {Arch::sm_90a, Arch::sm_100a, Arch::sm_120a})
-    for (KernelKind kind : {KernelKind::prepare, KernelKind::route, KernelKind::decode_fc1, KernelKind::decode_fc2})
+    for (KernelKind kind : {KernelKind::prepare, KernelKind::route, KernelKind::decode_fc1, KernelKind::decode_fc2,
+                            KernelKind::decode_fused})
       for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4})
         for (Activation act : {Activation::silu, Activation::gelu_tanh, Activation::relu2, Activation::swigluoai})
           for (int variant = 0; variant < 4; ++variant) {
@@ -171,6 +173,49 @@ TEST_CASE("the planner routes inline for few pairs and sizes token tiles for the
                     Catch::Contains("at most"));
   CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, -1, 132), Catch::Contains("tokens"));
   CHECK_THROWS_AS(parse_family("prefill-ish"), Error);
+}
+
+TEST_CASE("the planner picks tiles from the grid and the launch structure from MOEJIT_DECODE_LAUNCH", "[planner]") {
+  const LayerSpec s = gptoss();
+  LayerSpec ds = s;  // DeepSeek-V3 shapes
+  ds.format = ScaleFormat::nvfp4;
+  ds.activation = Activation::silu;
+  ds.experts = 256;
+  ds.top_k = 8;
+  ds.hidden = 7168;
+  ds.intermediate = 2048;
+  ds.has_bias = false;
+  ds.limit.reset();
+  // DeepSeek M=1: FC1 grid 128 x 8 = 1024 CTAs fits one wave only at 8 CTAs of 4 warps per SM;
+  // FC2 grid 448 x 8 = 3584 CTAs: one warp each.
+  const Plan d1 = make_plan(ds, Arch::sm_90a, 1, 132);
+  REQUIRE(d1.kernels.size() == 2);
+  CHECK(d1.kernels[0].warps == 4);
+  CHECK(d1.kernels[0].min_blocks == 8);
+  CHECK(d1.kernels[1].warps == 1);
+  // gpt-oss M=1: 720-CTA grids fit one wave at 6 CTAs per SM (80 registers).
+  const Plan g1 = make_plan(s, Arch::sm_90a, 1, 132);
+  CHECK(g1.kernels[0].min_blocks == 6);
+  CHECK(g1.kernels[1].warps == 4);
+  CHECK(g1.launch == DecodeLaunch::pdl);
+
+  ::setenv("MOEJIT_DECODE_LAUNCH", "cooperative", 1);
+  const Plan coop = make_plan(s, Arch::sm_90a, 1, 132);
+  const Plan coop_routed = make_plan(s, Arch::sm_90a, 32, 132);
+  ::setenv("MOEJIT_DECODE_LAUNCH", "plain", 1);
+  const Plan plain = make_plan(s, Arch::sm_90a, 1, 132);
+  ::setenv("MOEJIT_DECODE_LAUNCH", "sometimes", 1);
+  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("pdl, plain or cooperative"));
+  ::unsetenv("MOEJIT_DECODE_LAUNCH");
+  CHECK(coop.launch == DecodeLaunch::cooperative);
+  REQUIRE(coop.kernels.size() == 1);
+  CHECK(coop.kernels[0].kind == KernelKind::decode_fused);
+  CHECK(coop.kernels[0].warps == g1.kernels[0].warps);
+  REQUIRE(coop_routed.kernels.size() == 2);
+  CHECK(coop_routed.kernels[0].kind == KernelKind::route);
+  CHECK(coop_routed.kernels[1].kind == KernelKind::decode_fused);
+  CHECK(plain.launch == DecodeLaunch::plain);
+  CHECK(plain.kernels == g1.kernels);
 }
 
 TEST_CASE("keys_for_range covers every plan in the range exactly once", "[planner]") {

@@ -10,8 +10,9 @@
 namespace moejit {
 
 // Kernel kinds. prepare repacks logical weights into the kernels' layout. The decode family is route + decode_fc1 + decode_fc2 (tensor-core MMA with FP4 decoded
-// in registers, tokens on the narrow N side of the MMA).
-enum class KernelKind { prepare, route, decode_fc1, decode_fc2 };
+// in registers, tokens on the narrow N side of the MMA); decode_fused is FC1 and FC2 in one
+// cooperative launch with a grid barrier (MOEJIT_DECODE_LAUNCH=cooperative, for comparison).
+enum class KernelKind { prepare, route, decode_fc1, decode_fc2, decode_fused };
 std::string_view to_string(KernelKind k);
 KernelKind parse_kernel_kind(std::string_view s);
 

@@ -12,8 +12,15 @@ enum class Family { automatic, decode };
 std::string_view to_string(Family f);
 Family parse_family(std::string_view s);
 
+// How the decode family's FC1 and FC2 are launched: FC2 as a programmatic dependent of FC1 (default,
+// measured fastest), two plain launches, or one cooperative launch with a grid barrier
+// (decode_fused). MOEJIT_DECODE_LAUNCH=pdl|plain|cooperative selects one, for comparisons.
+enum class DecodeLaunch { pdl, plain, cooperative };
+std::string_view to_string(DecodeLaunch l);
+
 struct Plan {
   Family family = Family::decode;
+  DecodeLaunch launch = DecodeLaunch::pdl;
   std::vector<KernelKey> kernels;  // in launch order
   int tokens = 0;
   std::string describe() const;    // one line for logs and the CLI

@@ -23,11 +23,15 @@ struct ForwardContext {
   ModuleRegistry& modules;
   CUstream stream;
   float alpha, beta, limit;
+  int sm_count;
 };
 
 // Routing kernel: counts, offsets and the stable permutation into the workspace.
 void launch_route(const ForwardContext& ctx, const KernelKey& key);
 // Decode family FC1 and FC2 (+ top-k combine).
+// FC2 is a programmatic dependent of FC1 unless the plan says plain.
 void launch_decode(const ForwardContext& ctx, const KernelKey& fc1, const KernelKey& fc2);
+// Both in one cooperative launch (decode_fused), grid clamped to what is co-resident.
+void launch_decode_fused(const ForwardContext& ctx, const KernelKey& fused);
 
 }  // namespace moejit::detail
