@@ -60,7 +60,8 @@ double expected_experts(const LayerSpec& spec, int tokens) {
 // life is a chain of dependent chunk loads, so the tile aims for one wave that fills the SMs with
 // warps (32 per SM at 64 registers). FC2 (split_k_freely): warps per CTA = one-wave warps / CTAs,
 // rounded down to 4, 2 or 1 (1 and 2 measured best for grids of thousands of CTAs, 6 and 8 slower
-// everywhere, docs/PERFORMANCE.md); FC1 keeps 4 warps. Registers: 80 per thread (6 CTAs of 4 warps
+// everywhere, docs/PERFORMANCE.md); FC1 keeps 4 warps, 8 on grids small enough for one wave of
+// 8-warp CTAs. Registers: 80 per thread (6 CTAs of 4 warps
 // per SM), which lets the activations ride one chunk ahead, unless the grid fits one wave only at 8
 // CTAs per SM; then 64. Two token tiles: 4 warps, FC1 at 128 registers and FC2 at 80 (no spills).
 void choose_decode_tile(KernelKey& k, double ctas, int sm_count, bool split_k_freely) {
@@ -76,6 +77,13 @@ void choose_decode_tile(KernelKey& k, double ctas, int sm_count, bool split_k_fr
                         : (ctas * 2 <= one_wave_warps ? 2 : 1);
   k.warps = warps;
   k.depth = 1;
+  if (!split_k_freely && k.ntiles == 1 && ctas * 8 <= 24.0 * sm_count) {
+    // A grid too small to give 4-warp CTAs 20+ warps per SM (Qwen3 M=1: 384 CTAs): 8 warps split
+    // K, 3 CTAs per SM at 85 registers.
+    k.warps = 8;
+    k.min_blocks = 3;
+    return;
+  }
   if (warps == 4) {
     const bool fits_at_6 = ctas <= 6.0 * sm_count, fits_at_8 = ctas <= 8.0 * sm_count;
     if (k.ntiles == 2) {
