@@ -60,23 +60,19 @@ GeneratedSource generate_source(const KernelKey& raw) {
           threads, out.entry, key.experts);
       break;
     case KernelKind::decode_fc1:
+    case KernelKind::decode_fused: {
+      // Same template parameters: the fused kernel runs FC1's tile for both phases.
+      const bool fused = key.kind == KernelKind::decode_fused;
       out.source = header + fmt::format(
-          "#include \"moe_decode_fc1.cuh\"\n"
-          "extern \"C\" __global__ void __launch_bounds__({0}, {13}) {1}(const DecodeFc1Params p) {{\n"
-          "  moe_decode_fc1<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {14}>(p);\n}}\n",
+          "#include \"{15}.cuh\"\n"
+          "extern \"C\" __global__ void __launch_bounds__({0}, {13}) {1}(const {16} p) {{\n"
+          "  {15}<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {14}>(p);\n}}\n",
           threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), act_code(key.activation),
           cpp_bool(key.limit), cpp_bool(key.bias), key.experts, key.hidden, key.intermediate, key.warps, key.ntiles,
-          key.depth, cpp_bool(key.inline_route), min_blocks, cpp_bool(prefetch_x));
+          key.depth, cpp_bool(key.inline_route), min_blocks, cpp_bool(prefetch_x),
+          fused ? "moe_decode_fused" : "moe_decode_fc1", fused ? "DecodeFusedParams" : "DecodeFc1Params");
       break;
-    case KernelKind::decode_fused:
-      out.source = header + fmt::format(
-          "#include \"moe_decode_fused.cuh\"\n"
-          "extern \"C\" __global__ void __launch_bounds__({0}, {13}) {1}(const DecodeFusedParams p) {{\n"
-          "  moe_decode_fused<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {14}>(p);\n}}\n",
-          threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), act_code(key.activation),
-          cpp_bool(key.limit), cpp_bool(key.bias), key.experts, key.hidden, key.intermediate, key.warps, key.ntiles,
-          key.depth, cpp_bool(key.inline_route), min_blocks, cpp_bool(prefetch_x));
-      break;
+    }
     case KernelKind::decode_fc2:
       out.source = header + fmt::format(
           "#include \"moe_decode_fc2.cuh\"\n"
