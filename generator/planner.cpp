@@ -61,7 +61,7 @@ double expected_experts(const LayerSpec& spec, int tokens) {
 // warps (32 per SM at 64 registers). FC2 (split_k_freely): warps per CTA = one-wave warps / CTAs,
 // rounded down to 4, 2 or 1 (1 and 2 measured best for grids of thousands of CTAs, 6 and 8 slower
 // everywhere, docs/PERFORMANCE.md); FC1 keeps 4 warps, 8 on grids small enough for one wave of
-// 8-warp CTAs. Registers: 80 per thread (6 CTAs of 4 warps
+// 8-warp CTAs, 2 where only 2-warp CTAs make one wave. Registers: 80 per thread (6 CTAs of 4 warps
 // per SM), which lets the activations ride one chunk ahead, unless the grid fits one wave only at 8
 // CTAs per SM; then 64. Two token tiles: 4 warps, FC1 at 128 registers and FC2 at 80 (no spills).
 void choose_decode_tile(KernelKey& k, double ctas, int sm_count, bool split_k_freely) {
@@ -82,6 +82,13 @@ void choose_decode_tile(KernelKey& k, double ctas, int sm_count, bool split_k_fr
     // K, 3 CTAs per SM at 85 registers.
     k.warps = 8;
     k.min_blocks = 3;
+    return;
+  }
+  if (!split_k_freely && k.ntiles == 1 && ctas > 8.0 * sm_count && ctas * 2 <= 24.0 * sm_count) {
+    // Too big for one wave of 4-warp CTAs at any register cap, small enough for one wave of 2-warp
+    // CTAs at 85 registers (gpt-oss M=2: 1260 CTAs; 45.6 µs against 50.0 at 4 warps).
+    k.warps = 2;
+    k.min_blocks = 12;
     return;
   }
   if (warps == 4) {
