@@ -198,6 +198,15 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK(g1.kernels[0].min_blocks == 6);
   CHECK(g1.kernels[1].warps == 4);
   CHECK(g1.launch == DecodeLaunch::pdl);
+  // gpt-oss M=2: ~7 experts x 180 slabs = 1260 FC1 CTAs: one wave only as 2-warp CTAs.
+  CHECK(make_plan(s, Arch::sm_90a, 2, 132).kernels[0].warps == 2);
+  // A 3-expert toy layer: a grid small enough for 8-warp FC1 CTAs.
+  LayerSpec toy = s;
+  toy.experts = 3;
+  toy.top_k = 2;
+  toy.hidden = 96;
+  toy.intermediate = 160;
+  CHECK(make_plan(toy, Arch::sm_90a, 1, 132).kernels[0].warps == 8);
 
   ::setenv("MOEJIT_DECODE_LAUNCH", "cooperative", 1);
   const Plan coop = make_plan(s, Arch::sm_90a, 1, 132);
