@@ -8,6 +8,7 @@
 
 #include "moejit/error.hpp"
 #include "moejit/generator.hpp"
+#include "moejit/model_config.hpp"
 #include "moejit/planner.hpp"
 
 using namespace moejit;
@@ -24,6 +25,16 @@ LayerSpec gptoss() {
   s.top_k = 4;
   s.has_bias = true;
   s.limit = 7.f;
+  return s;
+}
+
+// A 3-expert toy layer (the GPU suite's small geometry).
+LayerSpec tiny_layer() {
+  LayerSpec s = gptoss();
+  s.experts = 3;
+  s.top_k = 2;
+  s.hidden = 96;
+  s.intermediate = 160;
   return s;
 }
 
@@ -161,11 +172,7 @@ TEST_CASE("the planner routes inline for few pairs and sizes token tiles for the
   // ~2 tokens per expert at M=64 for gpt-oss: one 8-token tile; a 3-expert layer at M=64 sends ~43
   // tokens to each expert: the widest tile.
   CHECK(make_plan(s, Arch::sm_90a, 64, 132).kernels[1].ntiles == 1);
-  LayerSpec tiny = s;
-  tiny.experts = 3;
-  tiny.top_k = 2;
-  tiny.hidden = 96;
-  tiny.intermediate = 160;
+  const LayerSpec tiny = tiny_layer();
   CHECK(make_plan(tiny, Arch::sm_90a, 64, 132).kernels[1].ntiles == 8);
   CHECK(make_plan(tiny, Arch::sm_90a, 1, 132).kernels[0].ntiles == 1);
 
@@ -177,15 +184,7 @@ TEST_CASE("the planner routes inline for few pairs and sizes token tiles for the
 
 TEST_CASE("the planner picks tiles from the grid and the launch structure from MOEJIT_DECODE_LAUNCH", "[planner]") {
   const LayerSpec s = gptoss();
-  LayerSpec ds = s;  // DeepSeek-V3 shapes
-  ds.format = ScaleFormat::nvfp4;
-  ds.activation = Activation::silu;
-  ds.experts = 256;
-  ds.top_k = 8;
-  ds.hidden = 7168;
-  ds.intermediate = 2048;
-  ds.has_bias = false;
-  ds.limit.reset();
+  const LayerSpec ds = load_model_config("deepseek-v3").local();
   // DeepSeek M=1: FC1 grid 128 x 8 = 1024 CTAs fits one wave only at 8 CTAs of 4 warps per SM;
   // FC2 grid 448 x 8 = 3584 CTAs: one warp each.
   const Plan d1 = make_plan(ds, Arch::sm_90a, 1, 132);
@@ -201,12 +200,7 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   // gpt-oss M=2: ~7 experts x 180 slabs = 1260 FC1 CTAs: one wave only as 2-warp CTAs.
   CHECK(make_plan(s, Arch::sm_90a, 2, 132).kernels[0].warps == 2);
   // A 3-expert toy layer: a grid small enough for 8-warp FC1 CTAs.
-  LayerSpec toy = s;
-  toy.experts = 3;
-  toy.top_k = 2;
-  toy.hidden = 96;
-  toy.intermediate = 160;
-  CHECK(make_plan(toy, Arch::sm_90a, 1, 132).kernels[0].warps == 8);
+  CHECK(make_plan(tiny_layer(), Arch::sm_90a, 1, 132).kernels[0].warps == 8);
 
   ::setenv("MOEJIT_DECODE_LAUNCH", "cooperative", 1);
   const Plan coop = make_plan(s, Arch::sm_90a, 1, 132);
