@@ -24,21 +24,26 @@ int act_code(Activation a) {
 const char* cpp_bool(bool b) { return b ? "true" : "false"; }
 }  // namespace
 
+int decode_ctas_per_sm(const KernelKey& key) {
+  // Decode kernels hide latency with resident warps: cap registers so that at least 512 threads per
+  // SM stay resident. Wide token tiles (4+) keep their accumulators instead.
+  const int threads = key.warps * 32;
+  return key.min_blocks > 0 ? key.min_blocks : (key.ntiles >= 4 ? 1 : std::max(1, 512 / threads));
+}
+
 GeneratedSource generate_source(const KernelKey& raw) {
   const KernelKey key = raw.normalized();
   GeneratedSource out;
   out.entry = key.entry_name();
   out.name = out.entry + ".cu";
   const int threads = key.warps * 32;
-  // Decode kernels hide latency with resident warps: cap registers so that at least 512 threads per
-  // SM stay resident. Wide token tiles (4+) keep their accumulators instead.
-  const int min_blocks =
-      key.min_blocks > 0 ? key.min_blocks : (key.ntiles >= 4 ? 1 : std::max(1, 512 / threads));
+  const int min_blocks = decode_ctas_per_sm(key);
   // The activation ring costs ~16 registers per thread: FC1 (two matrices in flight) takes it only
   // when the register cap leaves 80; FC2 always. Wider token tiles load activations step by step.
   const int register_cap = 65536 / (min_blocks * threads);
   const bool prefetch_x =
-      key.ntiles == 1 && (key.kind == KernelKind::decode_fc2 || register_cap >= 80);
+      key.ntiles == 1 &&
+      (key.kind == KernelKind::decode_fc2 || key.kind == KernelKind::decode_fc2_sum || register_cap >= 80);
   std::string header = fmt::format("// moejit generated kernel\n// key: {}\n", key.str());
   if (key.inline_route)
     header += fmt::format("#define MOEJIT_INLINE_ROUTE_MAX_PAIRS {}\n", kInlineRouteMaxPairs);
@@ -60,17 +65,21 @@ GeneratedSource generate_source(const KernelKey& raw) {
           threads, out.entry, key.experts);
       break;
     case KernelKind::decode_fc1:
+    case KernelKind::decode_fc1_loop:
     case KernelKind::decode_fused: {
       // Same template parameters: the fused kernel runs FC1's tile for both phases.
       const bool fused = key.kind == KernelKind::decode_fused;
+      const char* function = fused ? "moe_decode_fused"
+                             : key.kind == KernelKind::decode_fc1_loop ? "moe_decode_fc1_loop"
+                                                                        : "moe_decode_fc1";
       out.source = header + fmt::format(
-          "#include \"{15}.cuh\"\n"
+          "#include \"{17}.cuh\"\n"
           "extern \"C\" __global__ void __launch_bounds__({0}, {13}) {1}(const {16} p) {{\n"
           "  {15}<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {14}>(p);\n}}\n",
           threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), act_code(key.activation),
           cpp_bool(key.limit), cpp_bool(key.bias), key.experts, key.hidden, key.intermediate, key.warps, key.ntiles,
           key.depth, cpp_bool(key.inline_route), min_blocks, cpp_bool(prefetch_x),
-          fused ? "moe_decode_fused" : "moe_decode_fc1", fused ? "DecodeFusedParams" : "DecodeFc1Params");
+          function, fused ? "DecodeFusedParams" : "DecodeFc1Params", fused ? "moe_decode_fused" : "moe_decode_fc1");
       break;
     }
     case KernelKind::decode_fc2:
@@ -80,6 +89,15 @@ GeneratedSource generate_source(const KernelKey& raw) {
           "  moe_decode_fc2<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {12}>(p);\n}}\n",
           threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), cpp_bool(key.bias), key.experts,
           key.hidden, key.intermediate, key.warps, key.ntiles, key.depth, cpp_bool(key.inline_route), min_blocks,
+          cpp_bool(prefetch_x));
+      break;
+    case KernelKind::decode_fc2_sum:
+      out.source = header + fmt::format(
+          "#include \"moe_decode_fc2_sum.cuh\"\n"
+          "extern \"C\" __global__ void __launch_bounds__({0}, {11}) {1}(const DecodeFc2Params p) {{\n"
+          "  moe_decode_fc2_sum<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {12}>(p);\n}}\n",
+          threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), cpp_bool(key.bias), key.experts,
+          key.hidden, key.intermediate, key.warps, key.ntiles, key.depth, key.parts, min_blocks,
           cpp_bool(prefetch_x));
       break;
   }

@@ -17,22 +17,27 @@ std::string_view to_string(KernelKind k) {
     case KernelKind::decode_fc1: return "decode_fc1";
     case KernelKind::decode_fc2: return "decode_fc2";
     case KernelKind::decode_fused: return "decode_fused";
+    case KernelKind::decode_fc2_sum: return "decode_fc2_sum";
+    case KernelKind::decode_fc1_loop: return "decode_fc1_loop";
   }
   return "?";
 }
 
 KernelKind parse_kernel_kind(std::string_view s) {
   for (auto k : {KernelKind::prepare, KernelKind::route, KernelKind::decode_fc1, KernelKind::decode_fc2,
-                 KernelKind::decode_fused})
+                 KernelKind::decode_fused, KernelKind::decode_fc2_sum, KernelKind::decode_fc1_loop})
     if (to_string(k) == s) return k;
   throw Error(fmt::format(
-      "kernel kind '{}' is unknown (expected prepare, route, decode_fc1, decode_fc2 or decode_fused)", s));
+      "kernel kind '{}' is unknown (expected prepare, route, decode_fc1, decode_fc1_loop, decode_fc2, decode_fc2_sum "
+      "or decode_fused)",
+      s));
 }
 
 std::string KernelKey::str() const {
-  return fmt::format("{}:{}:{}:{}:{}:E{}:H{}:I{}:w{}n{}d{}o{}:b{}:l{}:i{}", to_string(kind), to_string(arch),
+  const std::string p = parts != 1 ? fmt::format("p{}", parts) : "";
+  return fmt::format("{}:{}:{}:{}:{}:E{}:H{}:I{}:w{}n{}d{}o{}{}:b{}:l{}:i{}", to_string(kind), to_string(arch),
                      to_string(format), to_string(activation), to_string(precision), experts, hidden,
-                     intermediate, warps, ntiles, depth, min_blocks, bias ? 1 : 0, limit ? 1 : 0,
+                     intermediate, warps, ntiles, depth, min_blocks, p, bias ? 1 : 0, limit ? 1 : 0,
                      inline_route ? 1 : 0);
 }
 
@@ -80,14 +85,17 @@ KernelKey KernelKey::parse(std::string_view s) {
   k.hidden = parse_prefixed(p[6], 'H', "hidden", s);
   k.intermediate = parse_prefixed(p[7], 'I', "intermediate", s);
   auto tile = p[8];
-  const auto npos = tile.find('n'), dpos = tile.find('d'), opos = tile.find('o');
+  const auto npos = tile.find('n'), dpos = tile.find('d'), opos = tile.find('o'), ppos = tile.find('p');
   if (tile.empty() || tile[0] != 'w' || npos == std::string_view::npos || dpos == std::string_view::npos ||
-      opos == std::string_view::npos || !(npos < dpos && dpos < opos))
-    throw Error(fmt::format("kernel key '{}': tile field '{}' must look like w4n1d2o0", s, tile));
+      opos == std::string_view::npos || !(npos < dpos && dpos < opos) ||
+      (ppos != std::string_view::npos && ppos < opos))
+    throw Error(fmt::format("kernel key '{}': tile field '{}' must look like w4n1d2o0 (or w8n1d8o2p2)", s, tile));
   k.warps = parse_int_field(tile.substr(1, npos - 1), "warps", s);
   k.ntiles = parse_int_field(tile.substr(npos + 1, dpos - npos - 1), "ntiles", s);
   k.depth = parse_int_field(tile.substr(dpos + 1, opos - dpos - 1), "depth", s);
-  k.min_blocks = parse_int_field(tile.substr(opos + 1), "min_blocks", s);
+  const auto oend = ppos == std::string_view::npos ? std::string_view::npos : ppos - opos - 1;
+  k.min_blocks = parse_int_field(tile.substr(opos + 1, oend), "min_blocks", s);
+  k.parts = ppos == std::string_view::npos ? 1 : parse_int_field(tile.substr(ppos + 1), "parts", s);
   int b = parse_prefixed(p[9], 'b', "bias", s), l = parse_prefixed(p[10], 'l', "limit", s),
       in = parse_prefixed(p[11], 'i', "inline_route", s);
   if ((b != 0 && b != 1) || (l != 0 && l != 1) || (in != 0 && in != 1))
@@ -139,7 +147,11 @@ KernelKey KernelKey::normalized() const {
     throw Error(fmt::format("kernel key {}: inline routing covers at most 1024 experts", str()));
   if (k.precision != ActPrecision::a16)
     throw Error(fmt::format("kernel key {}: the decode family computes in a16 only", str()));
-  if (k.kind == KernelKind::decode_fc2) {
+  if (k.parts < 1 || k.parts > 8) throw Error(fmt::format("kernel key {}: parts must be in [1, 8]", str()));
+  if (k.kind != KernelKind::decode_fc2_sum) k.parts = 1;
+  if ((k.kind == KernelKind::decode_fc2_sum || k.kind == KernelKind::decode_fc1_loop) && !k.inline_route)
+    throw Error(fmt::format("kernel key {}: {} routes inline only (i1)", str(), to_string(k.kind)));
+  if (k.kind == KernelKind::decode_fc2 || k.kind == KernelKind::decode_fc2_sum) {
     // FC2 does not see the activation; the limit is an FC1 concern.
     k.activation = Activation::silu;
     k.limit = false;

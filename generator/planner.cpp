@@ -10,6 +10,7 @@
 #include <set>
 
 #include "moejit/error.hpp"
+#include "moejit/generator.hpp"
 
 namespace moejit {
 
@@ -65,26 +66,27 @@ double expected_experts(const LayerSpec& spec, int tokens) {
 // per SM), which lets the activations ride one chunk ahead, unless the grid fits one wave only at 8
 // CTAs per SM; then 64. Two token tiles: 4 warps, FC1 at 128 registers and FC2 at 80 (no spills).
 void choose_decode_tile(KernelKey& k, double ctas, int sm_count, bool split_k_freely) {
-  if (k.ntiles > 2) {  // wide token tiles keep registers for their accumulators
+  const int ntiles = k.ntiles;
+  if (ntiles > 2) {  // wide token tiles keep registers for their accumulators
     k.warps = 4;
-    k.depth = k.ntiles == 4 ? 2 : 1;
+    k.depth = ntiles == 4 ? 2 : 1;
     k.min_blocks = 0;
     return;
   }
   const double one_wave_warps = 32.0 * sm_count;
-  const int warps = !split_k_freely || k.ntiles > 1 || ctas * 4 <= one_wave_warps
+  const int warps = !split_k_freely || ntiles > 1 || ctas * 4 <= one_wave_warps
                         ? 4
                         : (ctas * 2 <= one_wave_warps ? 2 : 1);
   k.warps = warps;
   k.depth = 1;
-  if (!split_k_freely && k.ntiles == 1 && ctas * 8 <= 24.0 * sm_count) {
+  if (!split_k_freely && ntiles == 1 && ctas * 8 <= 24.0 * sm_count) {
     // A grid too small to give 4-warp CTAs 20+ warps per SM (Qwen3 M=1: 384 CTAs): 8 warps split
     // K, 3 CTAs per SM at 85 registers.
     k.warps = 8;
     k.min_blocks = 3;
     return;
   }
-  if (!split_k_freely && k.ntiles == 1 && ctas > 8.0 * sm_count && ctas * 2 <= 24.0 * sm_count) {
+  if (!split_k_freely && ntiles == 1 && ctas > 8.0 * sm_count && ctas * 2 <= 24.0 * sm_count) {
     // Too big for one wave of 4-warp CTAs at any register cap, small enough for one wave of 2-warp
     // CTAs at 85 registers (gpt-oss M=2: 1260 CTAs; 45.6 µs against 50.0 at 4 warps).
     k.warps = 2;
@@ -93,7 +95,7 @@ void choose_decode_tile(KernelKey& k, double ctas, int sm_count, bool split_k_fr
   }
   if (warps == 4) {
     const bool fits_at_6 = ctas <= 6.0 * sm_count, fits_at_8 = ctas <= 8.0 * sm_count;
-    if (k.ntiles == 2) {
+    if (ntiles == 2) {
       // FC1 holds two matrices x two tiles of accumulators: 128 registers (no spill), FC2 80.
       k.min_blocks = k.kind == KernelKind::decode_fc1 ? 4 : 6;
     } else {
@@ -104,7 +106,44 @@ void choose_decode_tile(KernelKey& k, double ctas, int sm_count, bool split_k_fr
   }
 }
 
-// MOEJIT_DECODE_TILE="w<warps>d<depth>[o<CTAs per SM>]" overrides the decode tile of FC1 and FC2,
+// FC2-sum (few pairs): one CTA per 16-row slab of H works through every active expert, so the grid is
+// fixed (H/16 CTAs) and the tile sets how the CTA's warps cover (expert, K part) units: 16 warps (8
+// when 3-4 CTAs share an SM: at most 32 warps per SM at 64+ registers) and K parts P = warps / S for
+// S expected experts (1..4), so that at M = 1 every warp has one unit. Registers go to depth: as many
+// chunks in flight per warp as the register cap allows (~12 registers per ring slot in ptxas output),
+// at most the part's chunks and the key's limit of 8.
+void choose_fc2_sum_tile(KernelKey& k, const LayerSpec& spec, double experts_touched, int sm_count) {
+  const int slots = std::max(1, static_cast<int>(std::lround(experts_touched)));
+  const int ctas = spec.hidden / 16;
+  k.min_blocks = std::max(1, (ctas + sm_count - 1) / sm_count);
+  k.warps = std::clamp(32 / k.min_blocks, 4, 16);
+  k.parts = std::clamp(k.warps / slots, 1, 4);
+  const int register_cap = std::min(255, 65536 / (k.min_blocks * k.warps * 32));
+  const int per_chunk = 12;
+  const int chunks_per_part = ((spec.intermediate + 63) / 64 + k.parts - 1) / k.parts;
+  k.depth = std::clamp((register_cap - 64) / per_chunk - 1, 1, std::clamp(chunks_per_part - 1, 1, 8));
+  if (k.ntiles > 1) k.depth = std::min(k.depth, 2);
+}
+
+// MOEJIT_DECODE_FC1=grid|loop picks the FC1 variant where both apply (inline routing), for comparisons.
+bool fc1_loop_from_env(bool default_value) {
+  const char* env = std::getenv("MOEJIT_DECODE_FC1");
+  if (!env || !*env) return default_value;
+  if (std::string_view(env) == "loop") return true;
+  if (std::string_view(env) == "grid") return false;
+  throw Error(fmt::format("MOEJIT_DECODE_FC1='{}' must be grid or loop", env));
+}
+
+// MOEJIT_DECODE_FC2=split|sum picks the FC2 variant where both apply (M*K <= 64), for comparisons.
+bool fc2_sum_from_env(bool default_value) {
+  const char* env = std::getenv("MOEJIT_DECODE_FC2");
+  if (!env || !*env) return default_value;
+  if (std::string_view(env) == "sum") return true;
+  if (std::string_view(env) == "split") return false;
+  throw Error(fmt::format("MOEJIT_DECODE_FC2='{}' must be split or sum", env));
+}
+
+// MOEJIT_DECODE_TILE="w<warps>d<depth>[o<CTAs per SM>[p<parts>]]" overrides the decode tile of FC1 and FC2,
 // MOEJIT_DECODE_TILE_FC1 / _FC2 one kernel only (they win over the shared one), for tuning sweeps with
 // `moejit bench` (keys stay canonical, so the cache and prewarm see exactly what runs).
 void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
@@ -115,14 +154,17 @@ void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
     env = std::getenv(name);
   }
   if (!env || !*env) return;
-  int warps = 0, depth = 0, blocks = 0;
-  const int n = std::sscanf(env, "w%dd%do%d", &warps, &depth, &blocks);
-  if (n < 2 || warps < 1 || warps > 16 || depth < 1 || depth > 8 || blocks < 0 || blocks > 32)
-    throw Error(fmt::format("{}='{}' must look like w4d2 or w4d2o6 (warps 1..16, depth 1..8, CTAs per SM 0..32)",
+  int warps = 0, depth = 0, blocks = 0, parts = 0;
+  const int n = std::sscanf(env, "w%dd%do%dp%d", &warps, &depth, &blocks, &parts);
+  if (n < 2 || warps < 1 || warps > 16 || depth < 1 || depth > 8 || blocks < 0 || blocks > 32 ||
+      (n == 4 && (parts < 1 || parts > 8)))
+    throw Error(fmt::format("{}='{}' must look like w4d2, w4d2o6 or w8d4o2p2 (warps 1..16, depth 1..8, CTAs per SM "
+                            "0..32, K parts 1..8)",
                             name, env));
   k.warps = warps;
   k.depth = depth;
   k.min_blocks = blocks;
+  if (n == 4) k.parts = parts;
 }
 
 DecodeLaunch decode_launch_from_env() {
@@ -166,15 +208,42 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   const int sms = sm_count > 0 ? sm_count : 132;
   const double experts_touched = std::max(1.0, expected_experts(spec, std::max(tokens, 1)));
   choose_decode_tile(fc1, spec.intermediate / 16 * experts_touched, sms, /*split_k_freely=*/false);
+  // Few pairs: every decode CTA routes for itself, saving the route launch, and FC2 sums the top-k
+  // experts inside each CTA (decode_fc2_sum) instead of through a partial buffer and a last-CTA pass.
+  fc1.inline_route = static_cast<long long>(tokens) * spec.top_k <= kInlineRouteMaxPairs && spec.experts <= 1024;
+  plan.launch = decode_launch_from_env();
   KernelKey fc2 = fc1;
-  fc2.kind = KernelKind::decode_fc2;
-  choose_decode_tile(fc2, spec.hidden / 16 * experts_touched, sms, /*split_k_freely=*/true);
+  // FC2-sum's grid is H/16 CTAs: where that leaves SMs with one CTA more than others by a wide margin
+  // (gpt-oss: 180 CTAs on 132 SMs, the busiest SM has 1.47x the average) and many experts make each
+  // CTA long, the split FC2's even grid wins (gpt-oss M = 16, 55 experts: 246.9 against 254.7 µs;
+  // sum wins at 31 experts and below, and on DeepSeek and Qwen3 everywhere it applies).
+  const int fc2_sum_ctas = spec.hidden / 16;
+  const double sum_imbalance =
+      std::ceil(static_cast<double>(fc2_sum_ctas) / sms) * sms / static_cast<double>(fc2_sum_ctas);
+  const bool fc2_sum_default = sum_imbalance <= 1.25 || experts_touched <= 32;
+  if (fc1.inline_route && plan.launch != DecodeLaunch::cooperative && fc2_sum_from_env(fc2_sum_default)) {
+    fc2.kind = KernelKind::decode_fc2_sum;
+    choose_fc2_sum_tile(fc2, spec, experts_touched, sms);
+  } else {
+    fc2.kind = KernelKind::decode_fc2;
+    choose_decode_tile(fc2, spec.hidden / 16 * experts_touched, sms, /*split_k_freely=*/true);
+  }
+  // FC1 grids of more than one wave with inline routing and short CTAs (at most 16 chunks per warp):
+  // one wave of CTAs walks the items, so later items skip the CTA launch and the routing round trip
+  // (gpt-oss M = 4/8: 80.4/148.0 -> 77.2/144.3 µs; DeepSeek's 28-chunk warps gain nothing, M = 2 and
+  // 8 lose 2 %). Warps of 9-16 chunks run it at 8 CTAs per SM, 64 registers without the activation
+  // ring (gpt-oss: 75.8/141.6 µs); 8-chunk warps keep the ring (Qwen3 M=8: 59.6 µs at 6 CTAs per SM,
+  // 63.5 at 8).
+  const double fc1_ctas = spec.intermediate / 16 * experts_touched;
+  const bool fc1_multi_wave = fc1_ctas > static_cast<double>(sms) * decode_ctas_per_sm(fc1);
+  const int fc1_chunks_per_warp = ((spec.hidden + 63) / 64 + fc1.warps - 1) / fc1.warps;
+  if (fc1.inline_route && plan.launch != DecodeLaunch::cooperative &&
+      fc1_loop_from_env(fc1_multi_wave && fc1_chunks_per_warp <= 16)) {
+    fc1.kind = KernelKind::decode_fc1_loop;
+    if (fc1.ntiles == 1 && fc1.warps == 4 && fc1_chunks_per_warp > 8) fc1.min_blocks = 8;
+  }
   apply_tuning_overrides(fc1, "MOEJIT_DECODE_TILE_FC1");
   apply_tuning_overrides(fc2, "MOEJIT_DECODE_TILE_FC2");
-  // Few pairs: every decode CTA routes for itself, saving the route launch.
-  fc1.inline_route = static_cast<long long>(tokens) * spec.top_k <= kInlineRouteMaxPairs && spec.experts <= 1024;
-  fc2.inline_route = fc1.inline_route;
-  plan.launch = decode_launch_from_env();
   if (plan.launch == DecodeLaunch::cooperative) {
     // One block shape for both phases: FC1's tile.
     KernelKey fused = fc1;

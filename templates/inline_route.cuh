@@ -67,3 +67,84 @@ MOEJIT_DEVICE void inline_route(const i32* ids, int pairs, int expert_begin, int
   }
   __syncthreads();
 }
+
+// Every slot's expert and pairs at once, for a CTA that serves all active experts (FC2-sum): the same
+// slots and pair order as the route kernel's lists. Called by every thread; warp 0 computes.
+struct InlineRouteList {
+  i32 pair[kInlineMaxPairs];        // pair indices grouped by slot, increasing within a slot
+  i32 offset[kInlineMaxPairs + 1];  // slot s owns pair[offset[s] .. offset[s + 1])
+  i32 expert[kInlineMaxPairs];      // local expert of slot s
+  i32 count[kInlineMaxPairs];       // pairs of slot s
+  i32 count_low[kInlineMaxPairs];   // of which pairs q < 32 (the first of each lane's two)
+  i32 word_base[32];                // experts present below bits word w
+  u32 bits[32];                     // experts present (E <= 1024)
+  i32 num_active;
+};
+
+template <int kExperts>
+MOEJIT_DEVICE void inline_route_list(const i32* ids, int pairs, int expert_begin, InlineRouteList& sh) {
+  static_assert(kExperts <= 1024, "inline routing covers at most 1024 experts");
+  static_assert(kInlineMaxPairs == 64, "two pairs and two slots per lane");
+  constexpr int kWords = (kExperts + 31) / 32;
+  if ((threadIdx.x >> 5) == 0) {
+    const int lane = lane_id();
+    if (lane < kWords) sh.bits[lane] = 0u;
+    sh.count[lane] = sh.count[lane + 32] = 0;
+    sh.count_low[lane] = sh.count_low[lane + 32] = 0;
+    __syncwarp();
+    int e[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int q = lane + 32 * h;
+      const int v = q < pairs ? ids[q] - expert_begin : -1;
+      e[h] = (v >= 0 && v < kExperts) ? v : -1;
+      if (e[h] >= 0) atomicOr(&sh.bits[e[h] >> 5], 1u << (e[h] & 31));
+    }
+    __syncwarp();
+    // Slot of expert e = experts present below e: a scan over the bit words, then a popcount.
+    const u32 word = lane < kWords ? sh.bits[lane] : 0u;
+    const int n = __popc(word);
+    int inc = n;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int t = __shfl_up_sync(0xffffffffu, inc, d);
+      if (lane >= d) inc += t;
+    }
+    sh.word_base[lane] = inc - n;
+    const int total = __shfl_sync(0xffffffffu, inc, 31);
+    __syncwarp();
+    int slot[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      slot[h] = -1;
+      if (e[h] >= 0) {
+        slot[h] = sh.word_base[e[h] >> 5] + __popc(sh.bits[e[h] >> 5] & ((1u << (e[h] & 31)) - 1u));
+        atomicAdd(&sh.count[slot[h]], 1);
+        if (h == 0) atomicAdd(&sh.count_low[slot[h]], 1);
+        sh.expert[slot[h]] = e[h];
+      }
+    }
+    __syncwarp();
+    // Offsets: exclusive scan of the counts, slots 2*lane and 2*lane + 1 per lane.
+    const int c0 = sh.count[2 * lane], c1 = sh.count[2 * lane + 1];
+    int run = c0 + c1;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int t = __shfl_up_sync(0xffffffffu, run, d);
+      if (lane >= d) run += t;
+    }
+    sh.offset[2 * lane] = run - c0 - c1;
+    sh.offset[2 * lane + 1] = run - c1;
+    if (lane == 31) sh.offset[64] = run;
+    __syncwarp();
+    // Place each pair after the earlier pairs of its expert: lower lanes of the same half, and for
+    // the second half every first-half pair of that expert.
+    const u32 lt = (1u << lane) - 1u;
+    const u32 same0 = __match_any_sync(0xffffffffu, e[0]);
+    const u32 same1 = __match_any_sync(0xffffffffu, e[1]);
+    if (e[0] >= 0) sh.pair[sh.offset[slot[0]] + __popc(same0 & lt)] = lane;
+    if (e[1] >= 0) sh.pair[sh.offset[slot[1]] + sh.count_low[slot[1]] + __popc(same1 & lt)] = lane + 32;
+    if (lane == 0) sh.num_active = total;
+  }
+  __syncthreads();
+}

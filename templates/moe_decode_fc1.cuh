@@ -19,18 +19,13 @@ struct DecodeFc1Params {
   RoutingArgs route;
 };
 
-template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kDepth, bool kInline, bool kPrefetchX>
-__device__ void moe_decode_fc1_item(const DecodeFc1Params& p, int slab, int slot) {
+// One (slab, expert) item whose routing is known: work.expert's rows slab*16.. for work's pairs.
+template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kH, int kI, int kWarps, int kNT, int kDepth, bool kPrefetchX>
+__device__ void moe_decode_fc1_work(const DecodeFc1Params& p, const ExpertWork& work, int slab) {
   constexpr int kMats = kAct == kActRelu2 ? 1 : 2;
   constexpr int kChunks = (kH + 63) / 64;
   constexpr int kSlabs = kI / 16;
   __shared__ float red[kWarps > 1 ? kWarps * kNT * kMats * 4 * 32 : 1];
-  __shared__ InlineRouteShared route_sh;
-
-  if (kInline && slab == 0 && slot == 0)
-    for (int i = threadIdx.x; i < p.num_counters; i += blockDim.x) p.counters[i] = 0;
-  const ExpertWork work = expert_work<kInline, kE>(p.route, slot, route_sh);
-  if (slot >= work.num_active) return;
   const int e = work.expert, count = work.count;
   const int lane = lane_id(), warp = threadIdx.x >> 5, g = lane >> 2, c4 = lane & 3;
   const SlabOperands ops = slab_operands<kNvfp4, kChunks, kMats, kSlabs>(p.w, p.s, p.gscale, e, slab);
@@ -45,7 +40,7 @@ __device__ void moe_decode_fc1_item(const DecodeFc1Params& p, int slab, int slot
       rows[nt] = t < count ? p.x + (size_t)(work.pairs[t] / p.route.top_k) * kH : nullptr;
     }
     float acc[kNT][kMats][4];
-    slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kDepth, true, kPrefetchX>(ops.w, ops.s, rows, live, acc, false);
+    slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kDepth, true, kPrefetchX>(ops.w, ops.s, rows, live, acc, false, warp);
     reduce_over_warps<kMats, kWarps, kNT>(acc, red);
     if (warp == 0) {
 #pragma unroll
@@ -70,6 +65,16 @@ __device__ void moe_decode_fc1_item(const DecodeFc1Params& p, int slab, int slot
   }
 }
 
+template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kDepth, bool kInline, bool kPrefetchX>
+__device__ void moe_decode_fc1_item(const DecodeFc1Params& p, int slab, int slot) {
+  __shared__ InlineRouteShared route_sh;
+  if (kInline && slab == 0 && slot == 0)
+    for (int i = threadIdx.x; i < p.num_counters; i += blockDim.x) p.counters[i] = 0;
+  const ExpertWork work = expert_work<kInline, kE>(p.route, slot, route_sh);
+  if (slot >= work.num_active) return;
+  moe_decode_fc1_work<kNvfp4, kAct, kLimit, kBias, kH, kI, kWarps, kNT, kDepth, kPrefetchX>(p, work, slab);
+}
+
 // One CTA per (slab, slot) item.
 template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kDepth, bool kInline, bool kPrefetchX>
 __device__ void moe_decode_fc1(const DecodeFc1Params& p) {
@@ -77,4 +82,25 @@ __device__ void moe_decode_fc1(const DecodeFc1Params& p) {
   pdl_launch_dependents();
   moe_decode_fc1_item<kNvfp4, kAct, kLimit, kBias, kE, kH, kI, kWarps, kNT, kDepth, kInline, kPrefetchX>(
       p, blockIdx.x, blockIdx.y);
+}
+
+// Few pairs (inline routing), grids of several waves: one wave of CTAs, each routes once (every slot
+// at once) and walks items blockIdx.x, + gridDim.x, ... (slab-major within a slot), so later items
+// pay neither a CTA launch nor a routing round trip. decode_fc1_loop keys.
+template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kDepth, bool kInline, bool kPrefetchX>
+__device__ void moe_decode_fc1_loop(const DecodeFc1Params& p) {
+  static_assert(kInline, "decode_fc1_loop routes inline");
+  constexpr int kSlabs = kI / 16;
+  pdl_launch_dependents();
+  __shared__ InlineRouteList route;
+  if (blockIdx.x == 0)
+    for (int i = threadIdx.x; i < p.num_counters; i += blockDim.x) p.counters[i] = 0;
+  inline_route_list<kE>(p.route.topk_ids, p.route.pairs, p.route.expert_begin, route);
+  const int items = kSlabs * route.num_active;
+  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    const int slot = item / kSlabs, slab = item % kSlabs;
+    const int first = route.offset[slot];
+    const ExpertWork work{route.num_active, route.expert[slot], route.offset[slot + 1] - first, route.pair + first};
+    moe_decode_fc1_work<kNvfp4, kAct, kLimit, kBias, kH, kI, kWarps, kNT, kDepth, kPrefetchX>(p, work, slab);
+  }
 }

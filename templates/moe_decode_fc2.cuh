@@ -53,7 +53,7 @@ __device__ void moe_decode_fc2_item(const DecodeFc2Params& p, int slab, int slot
       }
       float acc[kNT][1][4];
       // The first pass waits for FC1 after issuing its first weight loads.
-      slab_mma<kNvfp4, kI, 1, kWarps, kNT, kDepth, false, kPrefetchX>(ops.w, ops.s, rows, live, acc, !waited);
+      slab_mma<kNvfp4, kI, 1, kWarps, kNT, kDepth, false, kPrefetchX>(ops.w, ops.s, rows, live, acc, !waited, warp);
       waited = true;
       reduce_over_warps<1, kWarps, kNT>(acc, red);
       if (warp == 0) {

@@ -1,8 +1,9 @@
 // The inner product of the decode family: one 16-row slab of FP4 weights against up to 8*kNT token
 // rows of bf16 activations, on tensor cores (m16n8k16, weights as A, tokens on the narrow N side).
 //
-// Warps of the CTA split K in 64-wide chunks (chunk c goes to warp c % kWarps) and the partial sums
-// are reduced in a fixed warp order, so results are bit-reproducible.
+// K is split in 64-wide chunks over kParts parts (chunk c goes to part c % kParts; FC1 and FC2 give each
+// warp of the CTA one part, FC2-sum gives each (expert, part) unit to one warp) and the partial sums
+// are reduced in a fixed part order, so results are bit-reproducible.
 #pragma once
 #include "fp4_decode.cuh"
 
@@ -33,25 +34,25 @@ MOEJIT_DEVICE SlabOperands slab_operands(const u32x4* w, const u8* s, const floa
 // w + (c * kMats + m) * 32. s: this slab's scale plane; b_rows[nt]: the bf16 row of the token that is
 // column (lane/4) of n-tile nt, or nullptr (column contributes zeros). kScaleB: the rows hold plain
 // activations, multiplied by 2^64 here; otherwise they were stored multiplied (FC1's output).
-// kPrefetchX: see the activation ring below.
+// kPrefetchX: see the activation ring below. part: which of the kParts K parts this warp computes.
 //
-// Each warp walks its chunks (warp, warp + kWarps, ...) with running pointers, kDepth chunks ahead, so
+// Each warp walks its part's chunks (part, part + kParts, ...) with running pointers, kDepth chunks ahead, so
 // each lane keeps kDepth * kMats 16-byte weight loads in flight. Each scale block's MMA result is
 // scaled by its block scale in fp32 (every lane of a step shares the scale block), so weights go to
 // the tensor cores as placed bits.
-template <bool kNvfp4, int kK, int kMats, int kWarps, int kNT, int kDepth, bool kScaleB, bool kPrefetchX>
+template <bool kNvfp4, int kK, int kMats, int kParts, int kNT, int kDepth, bool kScaleB, bool kPrefetchX>
 MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_rows)[kNT], int live_tiles,
-                            float (&acc)[kNT][kMats][4], bool wait_primary_after_prefetch) {
+                            float (&acc)[kNT][kMats][4], bool wait_primary_after_prefetch, int part) {
   using SG = ScaleGeometry<kNvfp4>;
   constexpr int kChunks = (kK + 63) / 64;
-  constexpr int kWStride = kWarps * kMats * 32;               // u32x4 runs per warp step
-  constexpr int kSStride = kWarps * kMats * SG::kBytesPerChunk;
-  constexpr int kXStride = kWarps * 64;                       // bf16 elements per warp step
+  constexpr int kWStride = kParts * kMats * 32;               // u32x4 runs per step of a part
+  constexpr int kSStride = kParts * kMats * SG::kBytesPerChunk;
+  constexpr int kXStride = kParts * 64;                       // bf16 elements per step of a part
   constexpr int kStepsPerBlock = kNvfp4 ? 1 : 2;              // MXFP4 blocks span two k16 steps
-  const int lane = lane_id(), warp = threadIdx.x >> 5;
+  const int lane = lane_id();
   const int g = lane >> 2;
   const int kofs = 4 * (lane & 3);
-  const int my_chunks = warp < kChunks ? (kChunks - 1 - warp) / kWarps + 1 : 0;
+  const int my_chunks = part < kChunks ? (kChunks - 1 - part) / kParts + 1 : 0;
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
@@ -59,8 +60,8 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[nt][m][i] = 0.f;
 
-  const u32x4* wp = w + warp * kMats * 32;
-  const u8* sp = s + warp * kMats * SG::kBytesPerChunk + g * SG::kBytesPerLane;
+  const u32x4* wp = w + part * kMats * 32;
+  const u8* sp = s + part * kMats * SG::kBytesPerChunk + g * SG::kBytesPerLane;
   // A ring of kDepth + 1 slots: chunk i lives in slot i % kRing, and the load of chunk i + kDepth goes
   // to the slot chunk i - 1 left, so nothing is copied between slots.
   constexpr int kRing = kDepth + 1;
@@ -97,10 +98,10 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) {
     x_live[nt] = b_rows[nt] != nullptr;
-    xp[nt] = (x_live[nt] ? b_rows[nt] : reinterpret_cast<const u16*>(w)) + warp * 64 + kofs;
+    xp[nt] = (x_live[nt] ? b_rows[nt] : reinterpret_cast<const u16*>(w)) + part * 64 + kofs;
   }
   int x_issued = 0;
-  int kx = warp * 64 + kofs;  // true K of this lane's first element in the next chunk to load
+  int kx = part * 64 + kofs;  // true K of this lane's first element in the next chunk to load
   auto issue_x = [&](int slot) {
     if (kPrefetchX && x_issued < my_chunks) {
 #pragma unroll

@@ -42,7 +42,7 @@ std::vector<KernelKey> sample_keys() {
   std::vector<KernelKey> keys;
   for (Arch a : {Arch::sm_90a, Arch::sm_100a, Arch::sm_120a})
     for (KernelKind kind : {KernelKind::prepare, KernelKind::route, KernelKind::decode_fc1, KernelKind::decode_fc2,
-                            KernelKind::decode_fused})
+                            KernelKind::decode_fused, KernelKind::decode_fc2_sum, KernelKind::decode_fc1_loop})
       for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4})
         for (Activation act : {Activation::silu, Activation::gelu_tanh, Activation::relu2, Activation::swigluoai})
           for (int variant = 0; variant < 4; ++variant) {
@@ -60,7 +60,8 @@ std::vector<KernelKey> sample_keys() {
             k.min_blocks = variant * 2;
             k.bias = variant & 1;
             k.limit = (variant & 2) != 0;
-            k.inline_route = variant == 3;
+            k.parts = 1 + variant;  // decode_fc2_sum only; normalization resets it elsewhere
+            k.inline_route = variant == 3 || kind == KernelKind::decode_fc2_sum || kind == KernelKind::decode_fc1_loop;
             keys.push_back(k.normalized());
           }
   return keys;
@@ -117,6 +118,23 @@ TEST_CASE("normalization resets fields a kind ignores and rejects impossible key
   k.experts = 2000;
   k.inline_route = true;
   CHECK_THROWS_WITH(k.normalized(), Catch::Contains("inline routing"));
+  k.experts = 8;
+
+  // K parts belong to decode_fc2_sum; the inline-only kinds refuse a route kernel's lists.
+  k.parts = 3;
+  CHECK(k.normalized().parts == 1);
+  k.kind = KernelKind::decode_fc2_sum;
+  CHECK(k.normalized().parts == 3);
+  CHECK(k.normalized().str().find("w4n1d1o0p3") != std::string::npos);
+  k.parts = 9;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("parts"));
+  k.parts = 2;
+  k.inline_route = false;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("routes inline only"));
+  k.kind = KernelKind::decode_fc1_loop;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("routes inline only"));
+  k.inline_route = true;
+  CHECK(k.normalized().parts == 1);
 }
 
 TEST_CASE("malformed key strings are rejected with the field named", "[keys]") {
@@ -132,6 +150,14 @@ TEST_CASE("malformed key strings are rejected with the field named", "[keys]") {
   CHECK_THROWS_WITH(KernelKey::parse("decode_fc1:sm_90a:mxfp4:silu:a16:E8:H128:I64:w4n1d1o0:b2:l0:i0"),
                     Catch::Contains("b0/b1"));
   CHECK_THROWS_AS(KernelKey::parse("gemm:sm_90a:mxfp4:silu:a16:E8:H128:I64:w4n1d1o0:b0:l0:i0"), Error);
+  CHECK_THROWS_WITH(KernelKey::parse("decode_fc2_sum:sm_90a:mxfp4:silu:a16:E8:H128:I64:w4n1d1p2o0:b0:l0:i1"),
+                    Catch::Contains("w8n1d8o2p2"));
+  CHECK_THROWS_WITH(KernelKey::parse("decode_fc2_sum:sm_90a:mxfp4:silu:a16:E8:H128:I64:w4n1d1o0px:b0:l0:i1"),
+                    Catch::Contains("parts"));
+  const KernelKey sum = KernelKey::parse("decode_fc2_sum:sm_90a:mxfp4:silu:a16:E8:H128:I64:w16n1d4o1p2:b0:l0:i1");
+  CHECK(sum.kind == KernelKind::decode_fc2_sum);
+  CHECK(sum.parts == 2);
+  CHECK(sum.min_blocks == 1);
 }
 
 TEST_CASE("the generator is deterministic and specializes per key", "[generator]") {
@@ -159,11 +185,14 @@ TEST_CASE("the planner routes inline for few pairs and sizes token tiles for the
   REQUIRE(one.kernels.size() == 2);  // FC1 + FC2, routing inside the CTAs
   CHECK(one.kernels[0].kind == KernelKind::decode_fc1);
   CHECK(one.kernels[0].inline_route);
-  CHECK(one.kernels[1].kind == KernelKind::decode_fc2);
+  CHECK(one.kernels[1].kind == KernelKind::decode_fc2_sum);  // the top-k sum inside each FC2 CTA
+  CHECK(one.kernels[1].inline_route);
   CHECK(one.kernels[0].ntiles == 1);
 
   const Plan sixteen = make_plan(s, Arch::sm_90a, 16, 132);  // 64 pairs: still inline
-  CHECK(sixteen.kernels.size() == 2);
+  REQUIRE(sixteen.kernels.size() == 2);
+  // ~55 experts on gpt-oss's unevenly spread 180-CTA FC2-sum grid: the split FC2 instead.
+  CHECK(sixteen.kernels[1].kind == KernelKind::decode_fc2);
   const Plan seventeen = make_plan(s, Arch::sm_90a, 17, 132);  // 68 pairs: route kernel
   REQUIRE(seventeen.kernels.size() == 3);
   CHECK(seventeen.kernels[0].kind == KernelKind::route);
@@ -186,17 +215,52 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   const LayerSpec s = gptoss();
   const LayerSpec ds = load_model_config("deepseek-v3").local();
   // DeepSeek M=1: FC1 grid 128 x 8 = 1024 CTAs fits one wave only at 8 CTAs of 4 warps per SM;
-  // FC2 grid 448 x 8 = 3584 CTAs: one warp each.
+  // FC2-sum: 448 slab CTAs share 132 SMs 4 to an SM, so 8 warps, one per expert (one K part).
   const Plan d1 = make_plan(ds, Arch::sm_90a, 1, 132);
   REQUIRE(d1.kernels.size() == 2);
   CHECK(d1.kernels[0].warps == 4);
   CHECK(d1.kernels[0].min_blocks == 8);
-  CHECK(d1.kernels[1].warps == 1);
-  // gpt-oss M=1: 720-CTA grids fit one wave at 6 CTAs per SM (80 registers).
+  CHECK(d1.kernels[1].kind == KernelKind::decode_fc2_sum);
+  CHECK(d1.kernels[1].warps == 8);
+  CHECK(d1.kernels[1].min_blocks == 4);
+  CHECK(d1.kernels[1].parts == 1);
+  // gpt-oss M=1: 720-CTA FC1 grid fits one wave at 6 CTAs per SM (80 registers); FC2-sum: 180 slab
+  // CTAs, 16 warps = 4 experts x 4 K parts.
   const Plan g1 = make_plan(s, Arch::sm_90a, 1, 132);
+  CHECK(g1.kernels[0].kind == KernelKind::decode_fc1);
   CHECK(g1.kernels[0].min_blocks == 6);
-  CHECK(g1.kernels[1].warps == 4);
+  CHECK(g1.kernels[1].kind == KernelKind::decode_fc2_sum);
+  CHECK(g1.kernels[1].warps == 16);
+  CHECK(g1.kernels[1].parts == 4);
   CHECK(g1.launch == DecodeLaunch::pdl);
+  // gpt-oss M=4: ~15 experts x 180 slabs = 2700 FC1 CTAs of 12-chunk warps: one wave of 8 CTAs per
+  // SM walks the items. DeepSeek M=4 keeps its grid (28 chunks per warp).
+  const Plan g4 = make_plan(s, Arch::sm_90a, 4, 132);
+  CHECK(g4.kernels[0].kind == KernelKind::decode_fc1_loop);
+  CHECK(g4.kernels[0].warps == 4);
+  CHECK(g4.kernels[0].min_blocks == 8);
+  CHECK(make_plan(ds, Arch::sm_90a, 4, 132).kernels[0].kind == KernelKind::decode_fc1);
+  ::setenv("MOEJIT_DECODE_FC1", "grid", 1);
+  ::setenv("MOEJIT_DECODE_FC2", "split", 1);
+  const Plan g4_grid = make_plan(s, Arch::sm_90a, 4, 132);
+  ::setenv("MOEJIT_DECODE_FC1", "loop", 1);
+  ::setenv("MOEJIT_DECODE_FC2", "sum", 1);
+  const Plan g16_forced = make_plan(s, Arch::sm_90a, 16, 132);
+  const Plan g17_forced = make_plan(s, Arch::sm_90a, 17, 132);  // beyond inline routing: not applicable
+  ::setenv("MOEJIT_DECODE_FC2", "both", 1);
+  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("split or sum"));
+  ::unsetenv("MOEJIT_DECODE_FC2");
+  ::setenv("MOEJIT_DECODE_FC1", "maybe", 1);
+  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("grid or loop"));
+  ::unsetenv("MOEJIT_DECODE_FC1");
+  ::unsetenv("MOEJIT_DECODE_FC2");
+  CHECK(g4_grid.kernels[0].kind == KernelKind::decode_fc1);
+  CHECK(g4_grid.kernels[1].kind == KernelKind::decode_fc2);
+  CHECK(g16_forced.kernels[0].kind == KernelKind::decode_fc1_loop);
+  CHECK(g16_forced.kernels[1].kind == KernelKind::decode_fc2_sum);
+  REQUIRE(g17_forced.kernels.size() == 3);
+  CHECK(g17_forced.kernels[1].kind == KernelKind::decode_fc1);
+  CHECK(g17_forced.kernels[2].kind == KernelKind::decode_fc2);
   // gpt-oss M=2: ~7 experts x 180 slabs = 1260 FC1 CTAs: one wave only as 2-warp CTAs.
   CHECK(make_plan(s, Arch::sm_90a, 2, 132).kernels[0].warps == 2);
   // A 3-expert toy layer: a grid small enough for 8-warp FC1 CTAs.

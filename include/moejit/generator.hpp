@@ -20,6 +20,10 @@ struct GeneratedSource {
 // the generator cannot build.
 GeneratedSource generate_source(const KernelKey& key);
 
+// CTAs per SM a decode kernel's register cap is built for (__launch_bounds__' second argument): the
+// key's min_blocks, else at least 512 resident threads per SM (1 for wide token tiles).
+int decode_ctas_per_sm(const KernelKey& key);
+
 // Embedded template headers as (file name, content) pairs, in a fixed order.
 std::vector<std::pair<std::string, std::string>> template_headers();
 // Hash (hex) of all template contents; part of every cache hash.

@@ -10,9 +10,11 @@
 namespace moejit {
 
 // Kernel kinds. prepare repacks logical weights into the kernels' layout. The decode family is route + decode_fc1 + decode_fc2 (tensor-core MMA with FP4 decoded
-// in registers, tokens on the narrow N side of the MMA); decode_fused is FC1 and FC2 in one
+// in registers, tokens on the narrow N side of the MMA); decode_fc2_sum replaces decode_fc2 for few
+// pairs (one CTA per output slab sums the top-k experts itself), decode_fc1_loop replaces decode_fc1
+// for few pairs on grids of several waves (one wave of CTAs walks the items); decode_fused is FC1 and FC2 in one
 // cooperative launch with a grid barrier (MOEJIT_DECODE_LAUNCH=cooperative, for comparison).
-enum class KernelKind { prepare, route, decode_fc1, decode_fc2, decode_fused };
+enum class KernelKind { prepare, route, decode_fc1, decode_fc2, decode_fused, decode_fc2_sum, decode_fc1_loop };
 std::string_view to_string(KernelKind k);
 KernelKind parse_kernel_kind(std::string_view s);
 
@@ -29,11 +31,13 @@ struct KernelKey {
   int ntiles = 1;    // 8-token MMA column tiles held in registers per pass over the weights
   int depth = 1;     // 64-wide K chunks each warp keeps in flight ahead of the one it computes
   int min_blocks = 0;  // CTAs per SM the register allocation must allow (0: the generator's rule)
+  int parts = 1;     // decode_fc2_sum: K parts per expert, each a unit of work for one warp (1 elsewhere)
   bool bias = false;
   bool limit = false;
   bool inline_route = false;  // decode kernels route inside each CTA (M*K <= 64, E <= 1024): no route launch
 
-  // Canonical string, e.g. "decode_fc1:sm_90a:mxfp4:swigluoai:a16:E128:H2880:I2880:w4n1d2o0:b1:l1:i0".
+  // Canonical string, e.g. "decode_fc1:sm_90a:mxfp4:swigluoai:a16:E128:H2880:I2880:w4n1d2o0:b1:l1:i0"
+  // (the tile ends in p<parts> when parts != 1: "w8n1d8o2p2").
   std::string str() const;
   // Parses str() output back; throws moejit::Error naming the bad field.
   static KernelKey parse(std::string_view s);

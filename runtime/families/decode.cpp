@@ -1,8 +1,9 @@
 // Decode family host side: FC1 then FC2 (+ combine), grids sized by the token count (no host sync).
 // Default: FC2 is a programmatic dependent of FC1, so its routing and first weight loads overlap
-// FC1's tail. The plan may ask for two plain launches or one cooperative launch (decode_fused).
+// FC1's tail. With few pairs FC2 is decode_fc2_sum (the top-k sum inside each CTA). The plan may ask for two plain launches or one cooperative launch (decode_fused).
 #include <algorithm>
 
+#include "moejit/generator.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/families/families.hpp"
 #include "runtime/kernel_params.hpp"
@@ -78,10 +79,19 @@ void launch_decode(const ForwardContext& ctx, const KernelKey& fc1_key, const Ke
   const unsigned slots = slot_capacity(ctx);
   DecodeFc1Params p1 = fc1_params(ctx);
   LaunchShape s1{static_cast<unsigned>(spec.intermediate / 16), slots, 1, static_cast<unsigned>(fc1_key.warps * 32), 0};
+  if (fc1_key.kind == KernelKind::decode_fc1_loop) {
+    // One wave walks the (slab, slot) items: as many CTAs as the register cap keeps resident, at
+    // most one per item.
+    const unsigned items = static_cast<unsigned>(spec.intermediate / 16) * slots;
+    const unsigned wave = static_cast<unsigned>(ctx.sm_count * decode_ctas_per_sm(fc1_key));
+    s1 = LaunchShape{std::min(items, wave), 1, 1, static_cast<unsigned>(fc1_key.warps * 32), 0};
+  }
   launch(ctx.modules.function(fc1_key, ctx.stream), s1, ctx.stream, &p1);
 
   DecodeFc2Params p2 = fc2_params(ctx);
-  LaunchShape s2{static_cast<unsigned>(spec.hidden / 16), slots, 1, static_cast<unsigned>(fc2_key.warps * 32), 0};
+  // decode_fc2_sum: one CTA per slab serves every expert; decode_fc2: one CTA per (slab, slot).
+  const unsigned fc2_slots = fc2_key.kind == KernelKind::decode_fc2_sum ? 1u : slots;
+  LaunchShape s2{static_cast<unsigned>(spec.hidden / 16), fc2_slots, 1, static_cast<unsigned>(fc2_key.warps * 32), 0};
   launch(ctx.modules.function(fc2_key, ctx.stream), s2, ctx.stream, &p2,
          /*programmatic_dependent=*/ctx.plan.launch == DecodeLaunch::pdl);
 }

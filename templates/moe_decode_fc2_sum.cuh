@@ -1,0 +1,71 @@
+// Decode family, FC2 with the top-k sum inside the CTA, for few pairs (M*K <= 64, routed inline).
+// One CTA per 16-row slab of H serves every active expert: its warps take (expert slot, K part) units
+// in turn, leave each pair's raw sums in shared memory, and the CTA then sums each token's pairs in
+// k order and writes out[m, slab]. Against decode_fc2 this drops the fp32 partial buffer, the
+// completion counter and the last CTA's second pass through memory: at decode those are three
+// dependent round trips at the end of the layer. Fixed-order sums: bit-identical from run to run.
+// Grid: H/16 CTAs. Launched as a programmatic dependent of FC1 (weights load before the wait).
+#pragma once
+#include "expert_work.cuh"
+#include "moe_decode_fc2.cuh"
+#include "slab_mma.cuh"
+
+template <bool kNvfp4, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kDepth, int kParts, bool kPrefetchX>
+__device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
+  constexpr int kChunks = (kI + 63) / 64;
+  constexpr int kSlabs = kH / 16;
+  __shared__ float red[kInlineMaxPairs * kParts * 16];  // raw sums [pair q][part][row of the slab]
+  __shared__ InlineRouteList route;
+  const int slab = blockIdx.x;
+  inline_route_list<kE>(p.route.topk_ids, p.route.pairs, p.route.expert_begin, route);
+  const int lane = lane_id(), warp = threadIdx.x >> 5, g = lane >> 2, c4 = lane & 3;
+  const int units = route.num_active * kParts;
+  bool waited = false;
+  for (int u = warp; u < units; u += kWarps) {
+    const int slot = u / kParts, part = u % kParts;
+    const int e = route.expert[slot];
+    const int first = route.offset[slot], count = route.offset[slot + 1] - first;
+    const SlabOperands ops = slab_operands<kNvfp4, kChunks, 1, kSlabs>(p.w, p.s, p.gscale, e, slab);
+    for (int pass = 0; pass < count; pass += 8 * kNT) {
+      const int live = min(kNT, (count - pass + 7) / 8);
+      const u16* rows[kNT];
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        const int t = pass + nt * 8 + g;
+        rows[nt] = t < count ? p.act + (size_t)route.pair[first + t] * kI : nullptr;
+      }
+      float acc[kNT][1][4];
+      // The warp's first unit waits for FC1 after issuing its first weight loads.
+      slab_mma<kNvfp4, kI, 1, kParts, kNT, kDepth, false, kPrefetchX>(ops.w, ops.s, rows, live, acc, !waited, part);
+      waited = true;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int t = pass + nt * 8 + 2 * c4 + (i & 1);
+          if (nt < live && t < count) red[(route.pair[first + t] * kParts + part) * 16 + g + (i >> 1) * 8] = acc[nt][0][i];
+        }
+    }
+  }
+  // Warps without a unit still wait: the grid must not finish before FC1 has.
+  if (!waited) pdl_wait_primary();
+  __syncthreads();
+
+  const int K = p.route.top_k;
+  for (int idx = threadIdx.x; idx < p.tokens * 16; idx += blockDim.x) {
+    const int m = idx >> 4, r = idx & 15, row = slab * 16 + r;
+    float sum = 0.f;
+    for (int k = 0; k < K; ++k) {
+      const int q = m * K + k;
+      const int e = p.route.topk_ids[q] - p.route.expert_begin;
+      if (e < 0 || e >= kE) continue;
+      float y = 0.f;
+#pragma unroll
+      for (int part = 0; part < kParts; ++part) y += red[(q * kParts + part) * 16 + r];
+      y *= kNvfp4 ? p.gscale[e] * kAccScale : kAccScale;
+      if (kBias) y += p.bias[(size_t)e * kH + row];
+      sum += p.topk_weights[q] * y;
+    }
+    p.out[(size_t)m * kH + row] = f32_to_bf16(sum);
+  }
+}
