@@ -1,9 +1,11 @@
 // GPU correctness of the decode family against the fp64 CPU reference (DESIGN §8): every
 // activation x format x bias x limit, M in {1, 2, 3, 7, 16, 33, 64}, fresh random data, poisoned
-// outputs, invalid expert ids, real model geometries, graph replay and run-to-run determinism.
+// outputs, invalid expert ids, real model geometries, every FC1 x FC2 variant for few pairs, graph
+// replay and run-to-run determinism.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "golden_dir.hpp"
@@ -123,6 +125,41 @@ TEST_CASE("decode family at real model geometries", "[gpu][models]") {
       CHECK(ag.rel_l2 < kRelL2Tolerance);
       CHECK(ag.cosine > kCosineTolerance);
     }
+  }
+}
+
+TEST_CASE("every FC1 x FC2 variant for few pairs matches the reference", "[gpu][variants]") {
+  // The planner picks decode_fc1 or decode_fc1_loop, and decode_fc2 or decode_fc2_sum, from the
+  // geometry; MOEJIT_DECODE_FC1 / _FC2 force each combination here. I = 2048 gives 128 FC1 slabs per
+  // expert, so at M = 4 and 16 the loop's one wave walks several items per CTA.
+  struct EnvGuard {
+    ~EnvGuard() {
+      ::unsetenv("MOEJIT_DECODE_FC1");
+      ::unsetenv("MOEJIT_DECODE_FC2");
+    }
+  } guard;
+  uint64_t seed = 5000;
+  for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4}) {
+    const bool oai = f == ScaleFormat::mxfp4;
+    LayerSpec spec = small_spec(f, oai ? Activation::swigluoai : Activation::silu, oai, oai);
+    spec.experts = 16;
+    spec.top_k = 4;
+    spec.hidden = 256;
+    spec.intermediate = 2048;
+    HostLayer host = make_random_layer(spec, ++seed);
+    auto layer = runtime().prepare(host);
+    for (const char* fc1 : {"grid", "loop"})
+      for (const char* fc2 : {"split", "sum"}) {
+        ::setenv("MOEJIT_DECODE_FC1", fc1, 1);
+        ::setenv("MOEJIT_DECODE_FC2", fc2, 1);
+        for (int m : {1, 4, 16}) {
+          INFO(fmt::format("{} FC1 {} FC2 {} M={}", to_string(f), fc1, fc2, m));
+          Agreement ag = check_against_reference(host, *layer, m, ++seed);
+          CHECK(ag.nonfinite == 0);
+          CHECK(ag.rel_l2 < kRelL2Tolerance);
+          CHECK(ag.cosine > kCosineTolerance);
+        }
+      }
   }
 }
 
