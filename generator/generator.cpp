@@ -83,23 +83,21 @@ GeneratedSource generate_source(const KernelKey& raw) {
       break;
     }
     case KernelKind::decode_fc2:
+    case KernelKind::decode_fc2_sum: {
+      // Same parameters but the ninth: inline routing (decode_fc2) or K parts (decode_fc2_sum, which
+      // always routes inline).
+      const bool sum = key.kind == KernelKind::decode_fc2_sum;
+      const char* function = sum ? "moe_decode_fc2_sum" : "moe_decode_fc2";
       out.source = header + fmt::format(
-          "#include \"moe_decode_fc2.cuh\"\n"
+          "#include \"{13}.cuh\"\n"
           "extern \"C\" __global__ void __launch_bounds__({0}, {11}) {1}(const DecodeFc2Params p) {{\n"
-          "  moe_decode_fc2<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {12}>(p);\n}}\n",
+          "  {13}<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {12}>(p);\n}}\n",
           threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), cpp_bool(key.bias), key.experts,
-          key.hidden, key.intermediate, key.warps, key.ntiles, key.depth, cpp_bool(key.inline_route), min_blocks,
-          cpp_bool(prefetch_x));
+          key.hidden, key.intermediate, key.warps, key.ntiles, key.depth,
+          sum ? std::to_string(key.parts) : std::string(cpp_bool(key.inline_route)), min_blocks, cpp_bool(prefetch_x),
+          function);
       break;
-    case KernelKind::decode_fc2_sum:
-      out.source = header + fmt::format(
-          "#include \"moe_decode_fc2_sum.cuh\"\n"
-          "extern \"C\" __global__ void __launch_bounds__({0}, {11}) {1}(const DecodeFc2Params p) {{\n"
-          "  moe_decode_fc2_sum<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {12}>(p);\n}}\n",
-          threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), cpp_bool(key.bias), key.experts,
-          key.hidden, key.intermediate, key.warps, key.ntiles, key.depth, key.parts, min_blocks,
-          cpp_bool(prefetch_x));
-      break;
+    }
   }
   return out;
 }

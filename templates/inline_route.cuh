@@ -18,6 +18,36 @@ struct InlineRouteShared {
   u32 bits[32];               // experts present (E <= 1024)
 };
 
+// Warp 0's first step in both routines: the local experts of the lane's two pairs q = lane and
+// lane + 32 (-1: no pair, or an expert outside this rank's range) and the bitmap of experts present
+// (kWords words of `bits`, cleared here).
+template <int kExperts>
+MOEJIT_DEVICE void mark_pair_experts(const i32* ids, int pairs, int expert_begin, u32* bits, int (&e)[2]) {
+  constexpr int kWords = (kExperts + 31) / 32;
+  const int lane = lane_id();
+  if (lane < kWords) bits[lane] = 0u;
+  __syncwarp();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int q = lane + 32 * h;
+    const int v = q < pairs ? ids[q] - expert_begin : -1;
+    e[h] = (v >= 0 && v < kExperts) ? v : -1;
+    if (e[h] >= 0) atomicOr(&bits[e[h] >> 5], 1u << (e[h] & 31));
+  }
+  __syncwarp();
+}
+
+// Inclusive prefix sum of v over the warp's lanes.
+MOEJIT_DEVICE int warp_inclusive_sum(int v) {
+  const int lane = lane_id();
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int t = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v += t;
+  }
+  return v;
+}
+
 // Called by every thread; warp 0 computes, the rest wait at the barrier. ids: [pairs] global ids.
 template <int kExperts>
 MOEJIT_DEVICE void inline_route(const i32* ids, int pairs, int expert_begin, int slot, InlineRouteShared& sh) {
@@ -25,25 +55,11 @@ MOEJIT_DEVICE void inline_route(const i32* ids, int pairs, int expert_begin, int
   constexpr int kWords = (kExperts + 31) / 32;
   if ((threadIdx.x >> 5) == 0) {
     const int lane = lane_id();
-    if (lane < kWords) sh.bits[lane] = 0u;
-    __syncwarp();
     int e[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int q = lane + 32 * h;
-      int v = q < pairs ? ids[q] - expert_begin : -1;
-      e[h] = (v >= 0 && v < kExperts) ? v : -1;
-      if (e[h] >= 0) atomicOr(&sh.bits[e[h] >> 5], 1u << (e[h] & 31));
-    }
-    __syncwarp();
+    mark_pair_experts<kExperts>(ids, pairs, expert_begin, sh.bits, e);
     const u32 word = lane < kWords ? sh.bits[lane] : 0u;
     const int n = __popc(word);
-    int inc = n;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int t = __shfl_up_sync(0xffffffffu, inc, d);
-      if (lane >= d) inc += t;
-    }
+    const int inc = warp_inclusive_sum(n);
     const int total = __shfl_sync(0xffffffffu, inc, 31);
     // The lane whose word holds the slot-th set bit finds the expert.
     int found = -1;
@@ -88,28 +104,14 @@ MOEJIT_DEVICE void inline_route_list(const i32* ids, int pairs, int expert_begin
   constexpr int kWords = (kExperts + 31) / 32;
   if ((threadIdx.x >> 5) == 0) {
     const int lane = lane_id();
-    if (lane < kWords) sh.bits[lane] = 0u;
     sh.count[lane] = sh.count[lane + 32] = 0;
     sh.count_low[lane] = sh.count_low[lane + 32] = 0;
-    __syncwarp();
     int e[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int q = lane + 32 * h;
-      const int v = q < pairs ? ids[q] - expert_begin : -1;
-      e[h] = (v >= 0 && v < kExperts) ? v : -1;
-      if (e[h] >= 0) atomicOr(&sh.bits[e[h] >> 5], 1u << (e[h] & 31));
-    }
-    __syncwarp();
+    mark_pair_experts<kExperts>(ids, pairs, expert_begin, sh.bits, e);  // its __syncwarp covers the counts
     // Slot of expert e = experts present below e: a scan over the bit words, then a popcount.
     const u32 word = lane < kWords ? sh.bits[lane] : 0u;
     const int n = __popc(word);
-    int inc = n;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int t = __shfl_up_sync(0xffffffffu, inc, d);
-      if (lane >= d) inc += t;
-    }
+    const int inc = warp_inclusive_sum(n);
     sh.word_base[lane] = inc - n;
     const int total = __shfl_sync(0xffffffffu, inc, 31);
     __syncwarp();
@@ -127,12 +129,7 @@ MOEJIT_DEVICE void inline_route_list(const i32* ids, int pairs, int expert_begin
     __syncwarp();
     // Offsets: exclusive scan of the counts, slots 2*lane and 2*lane + 1 per lane.
     const int c0 = sh.count[2 * lane], c1 = sh.count[2 * lane + 1];
-    int run = c0 + c1;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int t = __shfl_up_sync(0xffffffffu, run, d);
-      if (lane >= d) run += t;
-    }
+    const int run = warp_inclusive_sum(c0 + c1);
     sh.offset[2 * lane] = run - c0 - c1;
     sh.offset[2 * lane + 1] = run - c1;
     if (lane == 31) sh.offset[64] = run;
