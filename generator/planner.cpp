@@ -66,27 +66,26 @@ double expected_experts(const LayerSpec& spec, int tokens) {
 // per SM), which lets the activations ride one chunk ahead, unless the grid fits one wave only at 8
 // CTAs per SM; then 64. Two token tiles: 4 warps, FC1 at 128 registers and FC2 at 80 (no spills).
 void choose_decode_tile(KernelKey& k, double ctas, int sm_count, bool split_k_freely) {
-  const int ntiles = k.ntiles;
-  if (ntiles > 2) {  // wide token tiles keep registers for their accumulators
+  if (k.ntiles > 2) {  // wide token tiles keep registers for their accumulators
     k.warps = 4;
-    k.depth = ntiles == 4 ? 2 : 1;
+    k.depth = k.ntiles == 4 ? 2 : 1;
     k.min_blocks = 0;
     return;
   }
   const double one_wave_warps = 32.0 * sm_count;
-  const int warps = !split_k_freely || ntiles > 1 || ctas * 4 <= one_wave_warps
+  const int warps = !split_k_freely || k.ntiles > 1 || ctas * 4 <= one_wave_warps
                         ? 4
                         : (ctas * 2 <= one_wave_warps ? 2 : 1);
   k.warps = warps;
   k.depth = 1;
-  if (!split_k_freely && ntiles == 1 && ctas * 8 <= 24.0 * sm_count) {
+  if (!split_k_freely && k.ntiles == 1 && ctas * 8 <= 24.0 * sm_count) {
     // A grid too small to give 4-warp CTAs 20+ warps per SM (Qwen3 M=1: 384 CTAs): 8 warps split
     // K, 3 CTAs per SM at 85 registers.
     k.warps = 8;
     k.min_blocks = 3;
     return;
   }
-  if (!split_k_freely && ntiles == 1 && ctas > 8.0 * sm_count && ctas * 2 <= 24.0 * sm_count) {
+  if (!split_k_freely && k.ntiles == 1 && ctas > 8.0 * sm_count && ctas * 2 <= 24.0 * sm_count) {
     // Too big for one wave of 4-warp CTAs at any register cap, small enough for one wave of 2-warp
     // CTAs at 85 registers (gpt-oss M=2: 1260 CTAs; 45.6 µs against 50.0 at 4 warps).
     k.warps = 2;
@@ -95,7 +94,7 @@ void choose_decode_tile(KernelKey& k, double ctas, int sm_count, bool split_k_fr
   }
   if (warps == 4) {
     const bool fits_at_6 = ctas <= 6.0 * sm_count, fits_at_8 = ctas <= 8.0 * sm_count;
-    if (ntiles == 2) {
+    if (k.ntiles == 2) {
       // FC1 holds two matrices x two tiles of accumulators: 128 registers (no spill), FC2 80.
       k.min_blocks = k.kind == KernelKind::decode_fc1 ? 4 : 6;
     } else {
@@ -125,22 +124,14 @@ void choose_fc2_sum_tile(KernelKey& k, const LayerSpec& spec, double experts_tou
   if (k.ntiles > 1) k.depth = std::min(k.depth, 2);
 }
 
-// MOEJIT_DECODE_FC1=grid|loop picks the FC1 variant where both apply (inline routing), for comparisons.
-bool fc1_loop_from_env(bool default_value) {
-  const char* env = std::getenv("MOEJIT_DECODE_FC1");
+// Variant switches for comparisons, where both variants apply: MOEJIT_DECODE_FC1=grid|loop (FC1 with
+// inline routing), MOEJIT_DECODE_FC2=split|sum (M*K <= 64). Returns whether `on` was chosen.
+bool variant_from_env(const char* name, std::string_view on, std::string_view off, bool default_value) {
+  const char* env = std::getenv(name);
   if (!env || !*env) return default_value;
-  if (std::string_view(env) == "loop") return true;
-  if (std::string_view(env) == "grid") return false;
-  throw Error(fmt::format("MOEJIT_DECODE_FC1='{}' must be grid or loop", env));
-}
-
-// MOEJIT_DECODE_FC2=split|sum picks the FC2 variant where both apply (M*K <= 64), for comparisons.
-bool fc2_sum_from_env(bool default_value) {
-  const char* env = std::getenv("MOEJIT_DECODE_FC2");
-  if (!env || !*env) return default_value;
-  if (std::string_view(env) == "sum") return true;
-  if (std::string_view(env) == "split") return false;
-  throw Error(fmt::format("MOEJIT_DECODE_FC2='{}' must be split or sum", env));
+  if (env == on) return true;
+  if (env == off) return false;
+  throw Error(fmt::format("{}='{}' must be {} or {}", name, env, off, on));
 }
 
 // MOEJIT_DECODE_TILE="w<warps>d<depth>[o<CTAs per SM>[p<parts>]]" overrides the decode tile of FC1 and FC2,
@@ -221,7 +212,8 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   const double sum_imbalance =
       std::ceil(static_cast<double>(fc2_sum_ctas) / sms) * sms / static_cast<double>(fc2_sum_ctas);
   const bool fc2_sum_default = sum_imbalance <= 1.25 || experts_touched <= 32;
-  if (fc1.inline_route && plan.launch != DecodeLaunch::cooperative && fc2_sum_from_env(fc2_sum_default)) {
+  if (fc1.inline_route && plan.launch != DecodeLaunch::cooperative &&
+      variant_from_env("MOEJIT_DECODE_FC2", "sum", "split", fc2_sum_default)) {
     fc2.kind = KernelKind::decode_fc2_sum;
     choose_fc2_sum_tile(fc2, spec, experts_touched, sms);
   } else {
@@ -238,7 +230,7 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   const bool fc1_multi_wave = fc1_ctas > static_cast<double>(sms) * decode_ctas_per_sm(fc1);
   const int fc1_chunks_per_warp = ((spec.hidden + 63) / 64 + fc1.warps - 1) / fc1.warps;
   if (fc1.inline_route && plan.launch != DecodeLaunch::cooperative &&
-      fc1_loop_from_env(fc1_multi_wave && fc1_chunks_per_warp <= 16)) {
+      variant_from_env("MOEJIT_DECODE_FC1", "loop", "grid", fc1_multi_wave && fc1_chunks_per_warp <= 16)) {
     fc1.kind = KernelKind::decode_fc1_loop;
     if (fc1.ntiles == 1 && fc1.warps == 4 && fc1_chunks_per_warp > 8) fc1.min_blocks = 8;
   }
