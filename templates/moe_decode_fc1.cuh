@@ -85,8 +85,8 @@ __device__ void moe_decode_fc1(const DecodeFc1Params& p) {
 }
 
 // Few pairs (inline routing), grids of several waves: one wave of CTAs, each routes once (every slot
-// at once) and walks items blockIdx.x, + gridDim.x, ... (slab-major within a slot), so later items
-// pay neither a CTA launch nor a routing round trip. decode_fc1_loop keys.
+// at once) and walks items blockIdx.x, blockIdx.x + gridDim.x, ... (item = slot * I/16 + slab), so
+// later items pay neither a CTA launch nor a routing round trip. decode_fc1_loop keys.
 template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kDepth, bool kInline, bool kPrefetchX>
 __device__ void moe_decode_fc1_loop(const DecodeFc1Params& p) {
   static_assert(kInline, "decode_fc1_loop routes inline");

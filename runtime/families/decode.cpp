@@ -1,6 +1,8 @@
 // Decode family host side: FC1 then FC2 (+ combine), grids sized by the token count (no host sync).
 // Default: FC2 is a programmatic dependent of FC1, so its routing and first weight loads overlap
-// FC1's tail. With few pairs FC2 is decode_fc2_sum (the top-k sum inside each CTA). The plan may ask for two plain launches or one cooperative launch (decode_fused).
+// FC1's tail. With few pairs FC1 may be decode_fc1_loop (one wave walking the items) and FC2
+// decode_fc2_sum (the top-k sum inside each CTA). The plan may ask for two plain launches or one
+// cooperative launch (decode_fused).
 #include <algorithm>
 
 #include "moejit/generator.hpp"
