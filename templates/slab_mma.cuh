@@ -92,7 +92,10 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   // on use when kScaleB). kPrefetchX: they ride one chunk ahead in the ring, so no step waits on a
   // fresh load (16 more registers per token tile); otherwise each step loads its own piece, and
   // issue_x only advances the pointers.
-  u32x2 xq[kRing][kNT][4];
+  // Chunk i's pieces live in slot i % kXRing; an even ring holds them in two slots (chunk parity is
+  // known at compile time), since they only ever run one chunk ahead.
+  constexpr int kXRing = kRing % 2 == 0 ? 2 : kRing;
+  u32x2 xq[kXRing][kNT][4];
   const u16* xp[kNT];
   bool x_live[kNT];
 #pragma unroll
@@ -126,7 +129,7 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
     for (int j = 0; j < kRing; ++j) {
       if (base + j >= my_chunks) break;
       issue((j + kDepth) % kRing);
-      issue_x(kPrefetchX ? (j + 1) % kRing : j);
+      issue_x(kPrefetchX ? (j + 1) % kRing % kXRing : j);
       const u32x4 (&wc)[kMats] = wq[j];
       const u32x2 (&sc)[kMats] = sq[j];
 #pragma unroll
@@ -144,7 +147,7 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
 #pragma unroll
           for (int nt = 0; nt < kNT; ++nt) {
             // Without the ring each step loads its own piece right here (fewer live registers).
-            const u32x2 v = kPrefetchX ? xq[j][nt][st]
+            const u32x2 v = kPrefetchX ? xq[j % kXRing][nt][st]
                             : x_live[nt] && (kK % 64 == 0 || kx - kXStride + 16 * st < kK)
                                 ? ld_nc_8(xp[nt] - kXStride + 16 * st)
                                 : u32x2{0u, 0u};

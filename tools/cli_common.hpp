@@ -130,8 +130,9 @@ void print_cache_summary(KernelCache& cache);
 
 struct BenchRow {
   int tokens = 0;
-  double us = 0;                  // median graph replay, cold L2
+  double us = 0;                  // median, cold L2: between event nodes around the forward in a graph
   double us_min = 0;
+  double us_replay = 0;           // median, cold L2: events around cuGraphLaunch of the forward alone
   int experts_touched = 0;        // distinct local experts in topk_ids
   double weight_bytes = 0;        // experts_touched x per-expert FP4 + scale bytes
   double tbps = 0;                // weight_bytes / time
