@@ -48,3 +48,17 @@ MOEJIT_DEVICE bool pair_is_local(const RoutingArgs& r, int q, int experts) {
   const int e = r.topk_ids[q] - r.expert_begin;
   return e >= 0 && e < experts;
 }
+
+// The MMA columns of one pass over a slab: column lane/4 of n-tile nt serves the pass's pair
+// pass + 8*nt + lane/4, whose bf16 row row_of(t) is the B operand (nullptr past the last pair: that
+// column multiplies zeros). Returns how many n-tiles hold a pair.
+template <int kNT, typename RowOf>
+MOEJIT_DEVICE int pass_rows(int pass, int count, RowOf row_of, const u16* (&rows)[kNT]) {
+  const int g = lane_id() >> 2;
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+    const int t = pass + nt * 8 + g;
+    rows[nt] = t < count ? row_of(t) : nullptr;
+  }
+  return min(kNT, (count - pass + 7) / 8);
+}

@@ -32,13 +32,9 @@ __device__ void moe_decode_fc1_work(const DecodeFc1Params& p, const ExpertWork& 
   const float gs = ops.gs;
 
   for (int pass = 0; pass < count; pass += 8 * kNT) {
-    const int live = min(kNT, (count - pass + 7) / 8);
     const u16* rows[kNT];
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-      const int t = pass + nt * 8 + g;
-      rows[nt] = t < count ? p.x + (size_t)(work.pairs[t] / p.route.top_k) * kH : nullptr;
-    }
+    const int live = pass_rows<kNT>(
+        pass, count, [&](int t) { return p.x + (size_t)(work.pairs[t] / p.route.top_k) * kH; }, rows);
     float acc[kNT][kMats][4];
     slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kDepth, true, kPrefetchX>(ops.w, ops.s, rows, live, acc, false, warp);
     reduce_over_warps<kMats, kWarps, kNT>(acc, red);

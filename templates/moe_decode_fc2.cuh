@@ -44,13 +44,8 @@ __device__ void moe_decode_fc2_item(const DecodeFc2Params& p, int slab, int slot
     const SlabOperands ops = slab_operands<kNvfp4, kChunks, 1, kSlabs>(p.w, p.s, p.gscale, e, slab);
     const float gs = ops.gs;
     for (int pass = 0; pass < count; pass += 8 * kNT) {
-      const int live = min(kNT, (count - pass + 7) / 8);
       const u16* rows[kNT];
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-        const int t = pass + nt * 8 + g;
-        rows[nt] = t < count ? p.act + (size_t)work.pairs[t] * kI : nullptr;
-      }
+      const int live = pass_rows<kNT>(pass, count, [&](int t) { return p.act + (size_t)work.pairs[t] * kI; }, rows);
       float acc[kNT][1][4];
       // The first pass waits for FC1 after issuing its first weight loads.
       slab_mma<kNvfp4, kI, 1, kWarps, kNT, kDepth, false, kPrefetchX>(ops.w, ops.s, rows, live, acc, !waited, warp);

@@ -30,15 +30,21 @@ RoutingArgs routing_args(const ForwardContext& ctx) {
   return r;
 }
 
+// One matrix family's prepared planes (FC1 or FC2): weights, block scales, global scales, bias.
+template <class Params>
+void set_planes(Params& p, const DeviceBuffer& w, const DeviceBuffer& s, const DeviceBuffer& gs, const DeviceBuffer& bias) {
+  p.w = w.ptr();
+  p.s = s.ptr();
+  p.gscale = gs.ptr();
+  p.bias = bias.ptr();
+}
+
 DecodeFc1Params fc1_params(const ForwardContext& ctx) {
   const LayerSpec& spec = ctx.layer.spec();
   const DevicePtr ws = ctx.args.workspace;
   const auto& L = ctx.layer;
   DecodeFc1Params p{};
-  p.w = L.fc1_w.ptr();
-  p.s = L.fc1_s.ptr();
-  p.gscale = L.fc1_gs.ptr();
-  p.bias = L.fc1_bias.ptr();
+  set_planes(p, L.fc1_w, L.fc1_s, L.fc1_gs, L.fc1_bias);
   p.x = ctx.args.x;
   p.act = ws + ctx.ws.act;
   p.counters = ws + ctx.ws.counters;
@@ -54,10 +60,7 @@ DecodeFc2Params fc2_params(const ForwardContext& ctx) {
   const DevicePtr ws = ctx.args.workspace;
   const auto& L = ctx.layer;
   DecodeFc2Params p{};
-  p.w = L.fc2_w.ptr();
-  p.s = L.fc2_s.ptr();
-  p.gscale = L.fc2_gs.ptr();
-  p.bias = L.fc2_bias.ptr();
+  set_planes(p, L.fc2_w, L.fc2_s, L.fc2_gs, L.fc2_bias);
   p.act = ws + ctx.ws.act;
   p.topk_weights = ctx.args.topk_weights;
   p.partial = ws + ctx.ws.partial;
