@@ -72,6 +72,23 @@ struct Graph {
   }
 };
 
+// Captures what `record` enqueues on s into g and instantiates it. A capture that throws is ended
+// and its partial graph destroyed, so the stream leaves capture mode before the error propagates.
+template <class Record>
+void capture_graph(Graph& g, CUstream s, Record&& record) {
+  check(driver().cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
+  try {
+    record();
+  } catch (...) {
+    CUgraph broken = nullptr;
+    driver().cuStreamEndCapture(s, &broken);
+    if (broken) driver().cuGraphDestroy(broken);
+    throw;
+  }
+  check(driver().cuStreamEndCapture(s, &g.g), "cuStreamEndCapture");
+  check(driver().cuGraphInstantiateWithFlags(&g.exec, g.g, 0), "cuGraphInstantiateWithFlags");
+}
+
 double copy_bandwidth(CUstream s, size_t bytes) {
   DeviceBuffer src(bytes), dst(bytes);
   check(driver().cuMemsetD8Async(src.ptr(), 1, bytes, s), "cuMemsetD8Async");
@@ -155,17 +172,7 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
     out.download(eager.data(), out_bytes);
 
     Graph graph;
-    check(driver().cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
-    try {
-      rt.forward(layer, a);
-    } catch (...) {
-      CUgraph broken = nullptr;
-      driver().cuStreamEndCapture(s, &broken);
-      if (broken) driver().cuGraphDestroy(broken);
-      throw;
-    }
-    check(driver().cuStreamEndCapture(s, &graph.g), "cuStreamEndCapture");
-    check(driver().cuGraphInstantiateWithFlags(&graph.exec, graph.g, 0), "cuGraphInstantiateWithFlags");
+    capture_graph(graph, s, [&] { rt.forward(layer, a); });
 
     check(driver().cuMemsetD8Async(out.ptr(), 0xFF, out_bytes, s), "cuMemsetD8Async(poison out)");
     check(driver().cuGraphLaunch(graph.exec, s), "cuGraphLaunch");
@@ -174,20 +181,12 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
 
     // The timed graph: flush, start event, forward, stop event, all nodes of one graph.
     Graph timed;
-    check(driver().cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
-    try {
+    capture_graph(timed, s, [&] {
       check(driver().cuMemsetD8Async(scratch.ptr(), 0x5A, scratch_bytes, s), "cuMemsetD8Async(L2 flush)");
       check(driver().cuEventRecordWithFlags(start.e, s, CU_EVENT_RECORD_EXTERNAL), "cuEventRecordWithFlags");
       rt.forward(layer, a);
       check(driver().cuEventRecordWithFlags(stop.e, s, CU_EVENT_RECORD_EXTERNAL), "cuEventRecordWithFlags");
-    } catch (...) {
-      CUgraph broken = nullptr;
-      driver().cuStreamEndCapture(s, &broken);
-      if (broken) driver().cuGraphDestroy(broken);
-      throw;
-    }
-    check(driver().cuStreamEndCapture(s, &timed.g), "cuStreamEndCapture");
-    check(driver().cuGraphInstantiateWithFlags(&timed.exec, timed.g, 0), "cuGraphInstantiateWithFlags");
+    });
     std::vector<float> ms;
     ms.reserve(static_cast<size_t>(replays));
     for (int r = 0; r < replays + 1; ++r) {
