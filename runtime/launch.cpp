@@ -11,7 +11,7 @@ namespace moejit::detail {
 
 void launch(CUfunction f, const LaunchShape& s, CUstream stream, void* params, bool programmatic_dependent) {
   void* args[] = {params};
-  if (s.dynamic_smem > 48 * 1024)
+  if (s.dynamic_smem > 0)  // static + dynamic above 48 KiB needs the opt-in too
     check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(s.dynamic_smem)),
           "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
   if (!programmatic_dependent) {

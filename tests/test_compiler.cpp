@@ -85,6 +85,26 @@ TEST_CASE("cubins for sm_90a, sm_100a and sm_120a", "[compiler]") {
   }
 }
 
+TEST_CASE("the bench's read-floor kernel compiles for every architecture, without spills", "[compiler]") {
+  const GeneratedSource src = read_floor_source();
+  CHECK(src.entry == "moejit_read_floor");
+  for (Arch arch : {Arch::sm_90a, Arch::sm_100a, Arch::sm_120a}) {
+    DYNAMIC_SECTION(to_string(arch)) {
+      const CompileOutput out = compile_source(src, arch);
+      INFO(out.log);
+      CHECK(is_cuda_elf(out.binary));
+      CHECK(out.log.find(src.entry) != std::string::npos);
+      // 512 threads per CTA, four CTAs per SM: the whole register file at <= 32 registers.
+      CHECK(out.registers > 0);
+      CHECK(out.registers <= 32);
+      CHECK(out.spill_bytes == 0);
+    }
+  }
+  // Its loads are the 16-byte streaming loads the decode kernels use.
+  const std::string ptx = text(compile_source(src, Arch::sm_90a, /*want_ptx=*/true).binary);
+  CHECK(ptx.find("ld.global.nc.L1::no_allocate.v4.u32") != std::string::npos);
+}
+
 TEST_CASE("PTX mode returns PTX text for the architecture", "[compiler]") {
   const CompileOutput out = compile_source(small_kernel(), Arch::sm_90a, /*want_ptx=*/true);
   const std::string ptx = text(out.binary);

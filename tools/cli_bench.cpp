@@ -16,7 +16,8 @@
 // Bytes: distinct local experts in topk_ids x the prepared FP4 + scale bytes of one expert (FC1 and
 // FC2 planes of runtime/prepared_layout.hpp, including their padding; biases and activations not
 // counted). Copy bandwidth: cuMemcpyDtoDAsync of a 1 GiB buffer, (bytes read + bytes written) / time,
-// median of 10.
+// median of 10. Read floor: per M, a kernel that only reads that many contiguous bytes, timed like the
+// forward in step 3 (tools/cli_bench_read_floor.cpp), for M whose weight bytes fit in 1 GiB.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -32,6 +33,7 @@
 #include "moejit/runtime.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/prepared_layout.hpp"
+#include "tools/cli_bench_read_floor.hpp"
 #include "tools/cli_common.hpp"
 
 namespace moejit::cli {
@@ -87,6 +89,21 @@ void capture_graph(Graph& g, CUstream s, Record&& record) {
   }
   check(driver().cuStreamEndCapture(s, &g.g), "cuStreamEndCapture");
   check(driver().cuGraphInstantiateWithFlags(&g.exec, g.g, 0), "cuGraphInstantiateWithFlags");
+}
+
+// Replays g (which records start and stop around what it times) replays + 1 times; the first replay
+// uploads the graph and is not counted. Returns the times in ms.
+std::vector<float> time_between_events(const Graph& g, CUstream s, const Event& start, const Event& stop, int replays) {
+  std::vector<float> ms;
+  ms.reserve(static_cast<size_t>(replays));
+  for (int r = 0; r < replays + 1; ++r) {
+    check(driver().cuGraphLaunch(g.exec, s), "cuGraphLaunch");
+    check(driver().cuStreamSynchronize(s), "cuStreamSynchronize(timed replay)");
+    float t = 0;
+    check(driver().cuEventElapsedTime(&t, start.e, stop.e), "cuEventElapsedTime");
+    if (r > 0) ms.push_back(t);
+  }
+  return ms;
 }
 
 double copy_bandwidth(CUstream s, size_t bytes) {
@@ -149,6 +166,14 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
   const double macs_per_pair =
       static_cast<double>(spec.fc1_rows()) * spec.hidden + static_cast<double>(spec.hidden) * spec.intermediate;
 
+  // The read floor's data: the largest M's weight bytes, at most 1 GiB (larger M print no floor).
+  int max_experts = 0;
+  for (int m : tokens)
+    max_experts = std::max(max_experts, static_cast<int>(std::min<long long>(static_cast<long long>(m) * spec.top_k,
+                                                                              spec.experts)));
+  ReadFloor read_floor(rt.arch(), rt.sm_count(),
+                       std::min(static_cast<size_t>(per_expert * max_experts) + 16, size_t{1} << 30));
+
   Event start, stop;
   for (int m : tokens) {
     const HostInputs in = make_random_inputs(spec, m, seed + static_cast<uint64_t>(m));
@@ -187,15 +212,7 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
       rt.forward(layer, a);
       check(driver().cuEventRecordWithFlags(stop.e, s, CU_EVENT_RECORD_EXTERNAL), "cuEventRecordWithFlags");
     });
-    std::vector<float> ms;
-    ms.reserve(static_cast<size_t>(replays));
-    for (int r = 0; r < replays + 1; ++r) {
-      check(driver().cuGraphLaunch(timed.exec, s), "cuGraphLaunch");
-      check(driver().cuStreamSynchronize(s), "cuStreamSynchronize(timed replay)");
-      float t = 0;
-      check(driver().cuEventElapsedTime(&t, start.e, stop.e), "cuEventElapsedTime");
-      if (r > 0) ms.push_back(t);  // the first replay uploads the graph
-    }
+    const std::vector<float> ms = time_between_events(timed, s, start, stop, replays);
 
     std::vector<float> ms_launch;
     ms_launch.reserve(static_cast<size_t>(replays));
@@ -221,12 +238,23 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
       }
     }
     BenchRow row;
+    const double weight_bytes = per_expert * static_cast<double>(touched.size());
+    if (weight_bytes <= static_cast<double>(read_floor.capacity())) {
+      Graph floor_graph;
+      capture_graph(floor_graph, s, [&] {
+        check(driver().cuMemsetD8Async(scratch.ptr(), 0x5A, scratch_bytes, s), "cuMemsetD8Async(L2 flush)");
+        check(driver().cuEventRecordWithFlags(start.e, s, CU_EVENT_RECORD_EXTERNAL), "cuEventRecordWithFlags");
+        read_floor.enqueue(static_cast<size_t>(weight_bytes), s);
+        check(driver().cuEventRecordWithFlags(stop.e, s, CU_EVENT_RECORD_EXTERNAL), "cuEventRecordWithFlags");
+      });
+      row.us_read_floor = median(time_between_events(floor_graph, s, start, stop, replays)) * 1e3;
+    }
     row.tokens = m;
     row.us = median(ms) * 1e3;
     row.us_min = *std::min_element(ms.begin(), ms.end()) * 1e3;
     row.us_replay = median(ms_launch) * 1e3;
     row.experts_touched = static_cast<int>(touched.size());
-    row.weight_bytes = per_expert * row.experts_touched;
+    row.weight_bytes = weight_bytes;
     row.tbps = row.weight_bytes / (row.us * 1e-6) / 1e12;
     row.copy_fraction = rep.copy_tbps > 0 ? row.tbps / rep.copy_tbps : 0;
     row.tflops = 2.0 * macs_per_pair * static_cast<double>(pairs) / (row.us * 1e-6) / 1e12;
@@ -241,15 +269,17 @@ void print_bench_table(const BenchReport& r) {
              "each of {} graph replays (median)\n",
              r.config, r.device, r.arch, r.copy_tbps, human_bytes(r.l2_bytes), r.replays);
   fmt::print("time: between event nodes around the forward inside the graph; replay: events around the launch of a\n"
-             "graph holding only the forward (its launch latency included). TB/s, % and TFLOP/s use time.\n");
-  fmt::print("{:>5} {:>10} {:>11} {:>8} {:>12} {:>8} {:>8} {:>8}\n", "M", "time (us)", "replay (us)", "experts",
-             "weights", "TB/s", "of copy", "TFLOP/s");
+             "graph holding only the forward (its launch latency included). TB/s, % and TFLOP/s use time. read: a\n"
+             "kernel that only reads the same number of contiguous bytes, timed like time; of read = read / time.\n");
+  fmt::print("{:>5} {:>10} {:>11} {:>8} {:>12} {:>8} {:>8} {:>10} {:>8} {:>8}\n", "M", "time (us)", "replay (us)",
+             "experts", "weights", "TB/s", "of copy", "read (us)", "of read", "TFLOP/s");
   bool mismatch = false;
   for (const auto& row : r.rows) {
-    fmt::print("{:>5} {:>10.1f} {:>11.1f} {:>8} {:>12} {:>8.2f} {:>7.0f}% {:>8.2f}{}\n", row.tokens, row.us,
-               row.us_replay, row.experts_touched,
-               human_bytes(row.weight_bytes), row.tbps, 100.0 * row.copy_fraction, row.tflops,
-               row.graph_matches_eager ? "" : "  graph != eager!");
+    const std::string floor = row.us_read_floor > 0 ? fmt::format("{:.1f}", row.us_read_floor) : "-";
+    const std::string of_read = row.us_read_floor > 0 ? fmt::format("{:.0f}%", 100.0 * row.us_read_floor / row.us) : "-";
+    fmt::print("{:>5} {:>10.1f} {:>11.1f} {:>8} {:>12} {:>8.2f} {:>7.0f}% {:>10} {:>8} {:>8.2f}{}\n", row.tokens, row.us,
+               row.us_replay, row.experts_touched, human_bytes(row.weight_bytes), row.tbps, 100.0 * row.copy_fraction,
+               floor, of_read, row.tflops, row.graph_matches_eager ? "" : "  graph != eager!");
     mismatch = mismatch || !row.graph_matches_eager;
   }
   if (mismatch) fmt::print("warning: a graph replay differed from the eager forward (outputs must be deterministic)\n");
@@ -270,6 +300,7 @@ void write_bench_json(const BenchReport& r, const std::string& path) {
                          {"us_median", row.us},
                          {"us_min", row.us_min},
                          {"us_replay_median", row.us_replay},
+                         {"us_read_floor_median", row.us_read_floor > 0 ? nlohmann::json(row.us_read_floor) : nlohmann::json()},
                          {"experts_touched", row.experts_touched},
                          {"weight_bytes", row.weight_bytes},
                          {"tbps", row.tbps},
@@ -290,7 +321,8 @@ int cmd_bench(int argc, char** argv) {
       "Times forward for each M inside a CUDA graph with a cold L2 (a scratch buffer of 2x the L2 size is written\n"
       "before every replay, outside the timed events) and prints the median next to the device copy bandwidth\n"
       "measured in the same run: M, time, distinct experts touched, weight bytes read (distinct experts x\n"
-      "prepared FP4 + scale bytes per expert), achieved TB/s, fraction of copy bandwidth and useful TFLOP/s.\n"
+      "prepared FP4 + scale bytes per expert), achieved TB/s, fraction of copy bandwidth, the time of a kernel that\n"
+      "only reads the same number of bytes (timed the same way) and its fraction of the forward, and useful TFLOP/s.\n"
       "The layer is random (FP4 codes uniform random bytes, valid block scales; see docs) and the inputs are\n"
       "random with ids uniform over the local experts. Missing kernels are compiled first by parallel prewarm.\n"
       "Needs a GPU.",

@@ -24,6 +24,10 @@ GeneratedSource generate_source(const KernelKey& key);
 // key's min_blocks, else at least 512 resident threads per SM (1 for wide token tiles).
 int decode_ctas_per_sm(const KernelKey& key);
 
+// `moejit bench`'s read floor: a kernel (no key, never cached) that only streams n16 x 16 contiguous
+// bytes, moejit_read_floor(const char* p, unsigned long long n16, unsigned* sink), 512 threads per CTA.
+GeneratedSource read_floor_source();
+
 // Embedded template headers as (file name, content) pairs, in a fixed order.
 std::vector<std::pair<std::string, std::string>> template_headers();
 // Hash (hex) of all template contents; part of every cache hash.

@@ -1,0 +1,43 @@
+// `moejit bench`'s second ceiling: the time of a kernel that does nothing but read the same number of
+// bytes as the layer's routed weights, contiguously, timed exactly like the forward (inside a graph,
+// between event nodes, after the same L2 flush). Copy bandwidth is a steady-state rate; a decode
+// layer reads 20-200 MB, and a read that short never reaches it (ramp-up and drain of the memory
+// pipeline, CTA dispatch): this says how far the layer is from what any kernel could do with its bytes.
+#include <fmt/format.h>
+
+#include "moejit/compiler.hpp"
+#include "moejit/generator.hpp"
+#include "moejit/error.hpp"
+#include "runtime/driver_api.hpp"
+#include "tools/cli_bench_read_floor.hpp"
+
+namespace moejit::cli {
+
+using detail::check;
+using detail::driver;
+
+ReadFloor::ReadFloor(Arch arch, int sm_count, size_t max_bytes) : data_(max_bytes), sink_(4), sm_count_(sm_count) {
+  const GeneratedSource src = read_floor_source();
+  const CompileOutput bin = compile_source(src, arch);
+  check(driver().cuModuleLoadData(&module_, bin.binary.data()), "cuModuleLoadData(read floor)");
+  check(driver().cuModuleGetFunction(&function_, module_, src.entry.c_str()), "cuModuleGetFunction(read floor)");
+  data_.fill_bytes(1);
+}
+
+ReadFloor::~ReadFloor() {
+  if (module_) driver().cuModuleUnload(module_);
+}
+
+void ReadFloor::enqueue(size_t bytes, CUstream s) {
+  if (bytes > data_.size())
+    throw Error(fmt::format("read floor: {} bytes asked, {} allocated", bytes, data_.size()));
+  CUdeviceptr p = data_.ptr();
+  unsigned long long n16 = bytes / 16;
+  CUdeviceptr sink = sink_.ptr();
+  void* args[] = {&p, &n16, &sink};
+  // Four CTAs of 512 threads per SM: every SM at full thread occupancy, 64 bytes in flight per thread.
+  check(driver().cuLaunchKernel(function_, static_cast<unsigned>(4 * sm_count_), 1, 1, 512, 1, 1, 0, s, args, nullptr),
+        "cuLaunchKernel(read floor)");
+}
+
+}  // namespace moejit::cli
