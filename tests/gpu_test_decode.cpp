@@ -13,6 +13,7 @@
 #include "moejit/error.hpp"
 #include "moejit/safetensors.hpp"
 #include "runtime/driver_api.hpp"
+#include "runtime/graph_capture.hpp"
 
 using namespace moejit;
 using namespace moejit::test;
@@ -228,25 +229,16 @@ TEST_CASE("graph replay equals eager execution and runs are bit-identical", "[gp
   auto eager2 = run_poisoned(rt, *layer, d, m);
   CHECK(eager1 == eager2);
 
-  CUstream stream;
-  check(driver().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  OwnedStream stream;
   ForwardArgs a = args_for(d, m);
-  a.stream = stream;
-  check(driver().cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
-  rt.forward(*layer, a);
-  CUgraph graph;
-  check(driver().cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
-  CUgraphExec exec;
-  check(driver().cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate");
+  a.stream = stream.get();
+  const CapturedGraph graph(stream.get(), CU_STREAM_CAPTURE_MODE_GLOBAL, [&] { rt.forward(*layer, a); });
   for (int rep = 0; rep < 3; ++rep) {
     d.out.fill_bytes(0xFF);
-    check(driver().cuGraphLaunch(exec, stream), "cuGraphLaunch");
-    check(driver().cuStreamSynchronize(stream), "cuStreamSynchronize");
+    graph.launch(stream.get());
+    check(driver().cuStreamSynchronize(stream.get()), "cuStreamSynchronize");
     CHECK(d.out.to_vector<uint16_t>(static_cast<size_t>(m) * spec.hidden) == eager1);
   }
-  driver().cuGraphExecDestroy(exec);
-  driver().cuGraphDestroy(graph);
-  driver().cuStreamDestroy(stream);
 }
 
 TEST_CASE("forward rejects bad arguments before launching", "[gpu][errors]") {
@@ -278,29 +270,22 @@ TEST_CASE("forward during stream capture refuses to compile or load, and works a
   const int m = 3;
   HostInputs in = make_random_inputs(spec, m, 42, false);
   DeviceInputs d = upload_inputs(fresh, *layer, in, m);
-  CUstream stream;
-  check(driver().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  OwnedStream stream;
   ForwardArgs a = args_for(d, m);
-  a.stream = stream;
+  a.stream = stream.get();
 
-  check(driver().cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture");
-  CHECK_THROWS_WITH(fresh.forward(*layer, a), Catch::Contains("prewarm"));
-  CUgraph graph = nullptr;
-  check(driver().cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
-  if (graph) driver().cuGraphDestroy(graph);
+  // The capture is ended (and its partial graph dropped) when forward throws inside it.
+  CHECK_THROWS_WITH(CapturedGraph(stream.get(), CU_STREAM_CAPTURE_MODE_RELAXED, [&] { fresh.forward(*layer, a); }),
+                    Catch::Contains("prewarm"));
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  check(driver().cuStreamIsCapturing(stream.get(), &status), "cuStreamIsCapturing");
+  CHECK(status == CU_STREAM_CAPTURE_STATUS_NONE);
 
   fresh.prewarm(*layer, m);
   auto eager = run_poisoned(fresh, *layer, d, m);
-  check(driver().cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture");
-  fresh.forward(*layer, a);
-  check(driver().cuStreamEndCapture(stream, &graph), "cuStreamEndCapture");
-  CUgraphExec exec;
-  check(driver().cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate");
+  const CapturedGraph graph(stream.get(), CU_STREAM_CAPTURE_MODE_RELAXED, [&] { fresh.forward(*layer, a); });
   d.out.fill_bytes(0xFF);
-  check(driver().cuGraphLaunch(exec, stream), "cuGraphLaunch");
-  check(driver().cuStreamSynchronize(stream), "cuStreamSynchronize");
+  graph.launch(stream.get());
+  check(driver().cuStreamSynchronize(stream.get()), "cuStreamSynchronize");
   CHECK(d.out.to_vector<uint16_t>(static_cast<size_t>(m) * spec.hidden) == eager);
-  driver().cuGraphExecDestroy(exec);
-  driver().cuGraphDestroy(graph);
-  driver().cuStreamDestroy(stream);
 }

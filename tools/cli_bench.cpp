@@ -32,14 +32,17 @@
 #include "moejit/error.hpp"
 #include "moejit/runtime.hpp"
 #include "runtime/driver_api.hpp"
+#include "runtime/graph_capture.hpp"
 #include "runtime/prepared_layout.hpp"
 #include "tools/cli_bench_read_floor.hpp"
 #include "tools/cli_common.hpp"
 
 namespace moejit::cli {
 
+using detail::CapturedGraph;
 using detail::check;
 using detail::driver;
+using detail::OwnedStream;
 
 namespace {
 
@@ -50,14 +53,6 @@ double median(std::vector<float> v) {
   return n % 2 ? v[n / 2] : 0.5 * (static_cast<double>(v[n / 2 - 1]) + v[n / 2]);
 }
 
-// RAII for the driver objects the benchmark creates.
-struct Stream {
-  CUstream s = nullptr;
-  Stream() { check(driver().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate"); }
-  ~Stream() {
-    if (s) driver().cuStreamDestroy(s);
-  }
-};
 struct Event {
   CUevent e = nullptr;
   Event() { check(driver().cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate"); }
@@ -65,39 +60,18 @@ struct Event {
     if (e) driver().cuEventDestroy(e);
   }
 };
-struct Graph {
-  CUgraph g = nullptr;
-  CUgraphExec exec = nullptr;
-  ~Graph() {
-    if (exec) driver().cuGraphExecDestroy(exec);
-    if (g) driver().cuGraphDestroy(g);
-  }
-};
 
-// Captures what `record` enqueues on s into g and instantiates it. A capture that throws is ended
-// and its partial graph destroyed, so the stream leaves capture mode before the error propagates.
-template <class Record>
-void capture_graph(Graph& g, CUstream s, Record&& record) {
-  check(driver().cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
-  try {
-    record();
-  } catch (...) {
-    CUgraph broken = nullptr;
-    driver().cuStreamEndCapture(s, &broken);
-    if (broken) driver().cuGraphDestroy(broken);
-    throw;
-  }
-  check(driver().cuStreamEndCapture(s, &g.g), "cuStreamEndCapture");
-  check(driver().cuGraphInstantiateWithFlags(&g.exec, g.g, 0), "cuGraphInstantiateWithFlags");
-}
+// The bench's graphs are captured from its own stream only.
+constexpr CUstreamCaptureMode kCaptureMode = CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
 
 // Replays g (which records start and stop around what it times) replays + 1 times; the first replay
 // uploads the graph and is not counted. Returns the times in ms.
-std::vector<float> time_between_events(const Graph& g, CUstream s, const Event& start, const Event& stop, int replays) {
+std::vector<float> time_between_events(const CapturedGraph& g, CUstream s, const Event& start, const Event& stop,
+                                       int replays) {
   std::vector<float> ms;
   ms.reserve(static_cast<size_t>(replays));
   for (int r = 0; r < replays + 1; ++r) {
-    check(driver().cuGraphLaunch(g.exec, s), "cuGraphLaunch");
+    g.launch(s);
     check(driver().cuStreamSynchronize(s), "cuStreamSynchronize(timed replay)");
     float t = 0;
     check(driver().cuEventElapsedTime(&t, start.e, stop.e), "cuEventElapsedTime");
@@ -141,8 +115,8 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
   int l2 = 0;
   check(driver().cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev), "cuDeviceGetAttribute(L2)");
   rep.l2_bytes = l2;
-  Stream stream;
-  const CUstream s = stream.s;
+  OwnedStream stream;
+  const CUstream s = stream.get();
 
   // Ceiling measured in this run: device copy bandwidth (1 GiB, or less when memory is short).
   size_t free_b = 0, total_b = 0;
@@ -196,17 +170,15 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
     std::vector<uint8_t> eager(out_bytes), replayed(out_bytes);
     out.download(eager.data(), out_bytes);
 
-    Graph graph;
-    capture_graph(graph, s, [&] { rt.forward(layer, a); });
+    const CapturedGraph graph(s, kCaptureMode, [&] { rt.forward(layer, a); });
 
     check(driver().cuMemsetD8Async(out.ptr(), 0xFF, out_bytes, s), "cuMemsetD8Async(poison out)");
-    check(driver().cuGraphLaunch(graph.exec, s), "cuGraphLaunch");
+    graph.launch(s);
     check(driver().cuStreamSynchronize(s), "cuStreamSynchronize(graph replay)");
     out.download(replayed.data(), out_bytes);
 
     // The timed graph: flush, start event, forward, stop event, all nodes of one graph.
-    Graph timed;
-    capture_graph(timed, s, [&] {
+    const CapturedGraph timed(s, kCaptureMode, [&] {
       check(driver().cuMemsetD8Async(scratch.ptr(), 0x5A, scratch_bytes, s), "cuMemsetD8Async(L2 flush)");
       check(driver().cuEventRecordWithFlags(start.e, s, CU_EVENT_RECORD_EXTERNAL), "cuEventRecordWithFlags");
       rt.forward(layer, a);
@@ -220,7 +192,7 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
       check(driver().cuMemsetD8Async(scratch.ptr(), static_cast<unsigned char>(r), scratch_bytes, s),
             "cuMemsetD8Async(L2 flush)");
       check(driver().cuEventRecord(start.e, s), "cuEventRecord");
-      check(driver().cuGraphLaunch(graph.exec, s), "cuGraphLaunch");
+      graph.launch(s);
       check(driver().cuEventRecord(stop.e, s), "cuEventRecord");
       check(driver().cuEventSynchronize(stop.e), "cuEventSynchronize");
       float t = 0;
@@ -240,8 +212,7 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
     BenchRow row;
     const double weight_bytes = per_expert * static_cast<double>(touched.size());
     if (weight_bytes <= static_cast<double>(read_floor.capacity())) {
-      Graph floor_graph;
-      capture_graph(floor_graph, s, [&] {
+      const CapturedGraph floor_graph(s, kCaptureMode, [&] {
         check(driver().cuMemsetD8Async(scratch.ptr(), 0x5A, scratch_bytes, s), "cuMemsetD8Async(L2 flush)");
         check(driver().cuEventRecordWithFlags(start.e, s, CU_EVENT_RECORD_EXTERNAL), "cuEventRecordWithFlags");
         read_floor.enqueue(static_cast<size_t>(weight_bytes), s);
