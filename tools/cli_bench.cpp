@@ -64,6 +64,18 @@ struct Event {
 // The bench's graphs are captured from its own stream only.
 constexpr CUstreamCaptureMode kCaptureMode = CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
 
+// The timed graph: an L2 flush (a memset node over scratch), the start event, what `body` enqueues,
+// the stop event: all nodes of one graph, so the events bracket exactly the body.
+template <class Body>
+CapturedGraph timed_graph(CUstream s, const DeviceBuffer& scratch, const Event& start, const Event& stop, Body&& body) {
+  return CapturedGraph(s, kCaptureMode, [&] {
+    check(driver().cuMemsetD8Async(scratch.ptr(), 0x5A, scratch.size(), s), "cuMemsetD8Async(L2 flush)");
+    check(driver().cuEventRecordWithFlags(start.e, s, CU_EVENT_RECORD_EXTERNAL), "cuEventRecordWithFlags");
+    body();
+    check(driver().cuEventRecordWithFlags(stop.e, s, CU_EVENT_RECORD_EXTERNAL), "cuEventRecordWithFlags");
+  });
+}
+
 // Replays g (which records start and stop around what it times) replays + 1 times; the first replay
 // uploads the graph and is not counted. Returns the times in ms.
 std::vector<float> time_between_events(const CapturedGraph& g, CUstream s, const Event& start, const Event& stop,
@@ -177,13 +189,7 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
     check(driver().cuStreamSynchronize(s), "cuStreamSynchronize(graph replay)");
     out.download(replayed.data(), out_bytes);
 
-    // The timed graph: flush, start event, forward, stop event, all nodes of one graph.
-    const CapturedGraph timed(s, kCaptureMode, [&] {
-      check(driver().cuMemsetD8Async(scratch.ptr(), 0x5A, scratch_bytes, s), "cuMemsetD8Async(L2 flush)");
-      check(driver().cuEventRecordWithFlags(start.e, s, CU_EVENT_RECORD_EXTERNAL), "cuEventRecordWithFlags");
-      rt.forward(layer, a);
-      check(driver().cuEventRecordWithFlags(stop.e, s, CU_EVENT_RECORD_EXTERNAL), "cuEventRecordWithFlags");
-    });
+    const CapturedGraph timed = timed_graph(s, scratch, start, stop, [&] { rt.forward(layer, a); });
     const std::vector<float> ms = time_between_events(timed, s, start, stop, replays);
 
     std::vector<float> ms_launch;
@@ -212,12 +218,8 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
     BenchRow row;
     const double weight_bytes = per_expert * static_cast<double>(touched.size());
     if (weight_bytes <= static_cast<double>(read_floor.capacity())) {
-      const CapturedGraph floor_graph(s, kCaptureMode, [&] {
-        check(driver().cuMemsetD8Async(scratch.ptr(), 0x5A, scratch_bytes, s), "cuMemsetD8Async(L2 flush)");
-        check(driver().cuEventRecordWithFlags(start.e, s, CU_EVENT_RECORD_EXTERNAL), "cuEventRecordWithFlags");
-        read_floor.enqueue(static_cast<size_t>(weight_bytes), s);
-        check(driver().cuEventRecordWithFlags(stop.e, s, CU_EVENT_RECORD_EXTERNAL), "cuEventRecordWithFlags");
-      });
+      const CapturedGraph floor_graph =
+          timed_graph(s, scratch, start, stop, [&] { read_floor.enqueue(static_cast<size_t>(weight_bytes), s); });
       row.us_read_floor = median(time_between_events(floor_graph, s, start, stop, replays)) * 1e3;
     }
     row.tokens = m;
