@@ -4,11 +4,11 @@
 
 #include <vector>
 
-#include "moejit/compiler.hpp"
 #include "moejit/runtime.hpp"
 #include "runtime/context.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/launch.hpp"
+#include "runtime/standalone_kernel.hpp"
 
 using namespace moejit;
 using namespace moejit::detail;
@@ -43,12 +43,8 @@ extern "C" __global__ void barrier_probe(const BarrierParams p) {
 
 TEST_CASE("cooperative launches are clamped to co-resident CTAs and their grid barrier holds", "[gpu][cooperative]") {
   Runtime rt;  // selects the device and makes its context current
-  GeneratedSource src{"barrier_probe.cu", "barrier_probe", kSource};
-  CompileOutput out = compile_source(src, rt.arch());
-  CUmodule mod;
-  check(driver().cuModuleLoadData(&mod, out.binary.data()), "cuModuleLoadData");
-  CUfunction f;
-  check(driver().cuModuleGetFunction(&f, mod, "barrier_probe"), "cuModuleGetFunction");
+  const StandaloneKernel probe(GeneratedSource{"barrier_probe.cu", "barrier_probe", kSource}, rt.arch());
+  const CUfunction f = probe.function();
 
   const unsigned block = 256, smem = 64 * 1024;  // above the 48 KB default: the limit must be raised
   const unsigned limit = cooperative_grid_limit(f, block, smem, rt.sm_count());
@@ -73,5 +69,4 @@ TEST_CASE("cooperative launches are clamped to co-resident CTAs and their grid b
   counter.fill_bytes(0);
   CHECK(launch_cooperative(f, 7, block, smem, rt.sm_count(), nullptr, &p) == 7u);
   check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
-  driver().cuModuleUnload(mod);
 }

@@ -5,7 +5,6 @@
 // pipeline, CTA dispatch): this says how far the layer is from what any kernel could do with its bytes.
 #include <fmt/format.h>
 
-#include "moejit/compiler.hpp"
 #include "moejit/error.hpp"
 #include "moejit/generator.hpp"
 #include "runtime/driver_api.hpp"
@@ -16,22 +15,11 @@ namespace moejit::cli {
 using detail::check;
 using detail::driver;
 
-ReadFloor::ReadFloor(Arch arch, int sm_count, size_t max_bytes) : data_(max_bytes), sink_(4), sm_count_(sm_count) {
-  const GeneratedSource src = read_floor_source();
-  const CompileOutput bin = compile_source(src, arch);
-  check(driver().cuModuleLoadData(&module_, bin.binary.data()), "cuModuleLoadData(read floor)");
-  const CUresult r = driver().cuModuleGetFunction(&function_, module_, src.entry.c_str());
-  if (r != CUDA_SUCCESS) {
-    driver().cuModuleUnload(module_);  // the destructor does not run for a throwing constructor
-    check(r, "cuModuleGetFunction(read floor)");
-  }
+ReadFloor::ReadFloor(Arch arch, int sm_count, size_t max_bytes)
+    : kernel_(read_floor_source(), arch), data_(max_bytes), sink_(4), sm_count_(sm_count) {
   // 0x01 bytes: every thread folds an even number of equal words per step, so acc stays 0 and the
   // kernel's sink test never fires.
   data_.fill_bytes(1);
-}
-
-ReadFloor::~ReadFloor() {
-  if (module_) driver().cuModuleUnload(module_);
 }
 
 void ReadFloor::enqueue(size_t bytes, CUstream s) {
@@ -42,7 +30,7 @@ void ReadFloor::enqueue(size_t bytes, CUstream s) {
   CUdeviceptr sink = sink_.ptr();
   void* args[] = {&p, &n16, &sink};
   // Four CTAs of 512 threads per SM: every SM at full thread occupancy, 64 bytes in flight per thread.
-  check(driver().cuLaunchKernel(function_, static_cast<unsigned>(4 * sm_count_), 1, 1, 512, 1, 1, 0, s, args, nullptr),
+  check(driver().cuLaunchKernel(kernel_.function(), static_cast<unsigned>(4 * sm_count_), 1, 1, 512, 1, 1, 0, s, args, nullptr),
         "cuLaunchKernel(read floor)");
 }
 

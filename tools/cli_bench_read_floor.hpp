@@ -7,6 +7,7 @@
 
 #include "moejit/runtime.hpp"
 #include "moejit/types.hpp"
+#include "runtime/standalone_kernel.hpp"
 
 namespace moejit::cli {
 
@@ -14,19 +15,15 @@ class ReadFloor {
  public:
   // Compiles the read kernel for arch (NVRTC) and allocates max_bytes of data to read.
   ReadFloor(Arch arch, int sm_count, size_t max_bytes);
-  ~ReadFloor();
-  ReadFloor(const ReadFloor&) = delete;
-  ReadFloor& operator=(const ReadFloor&) = delete;
 
   size_t capacity() const { return data_.size(); }
   // Enqueues one read of the first `bytes` (<= capacity, rounded down to 16) on s; capturable.
   void enqueue(size_t bytes, CUstream s);
 
  private:
+  detail::StandaloneKernel kernel_;
   DeviceBuffer data_, sink_;
   int sm_count_ = 0;
-  CUmodule module_ = nullptr;
-  CUfunction function_ = nullptr;
 };
 
 }  // namespace moejit::cli
