@@ -5,13 +5,13 @@
 //   1. random inputs (make_random_inputs, ids uniform over the local experts); one eager forward;
 //   2. the forward is captured into a CUDA graph and instantiated; one replay is checked to equal the
 //      eager output bit for bit;
-//   3. `replays` timed replays of a second graph: a memset node over a scratch buffer of 2x the L2 size
-//      (evicts the weights from L2), an event-record node, the forward's nodes, an event-record node.
+//   3. `replays` timed replays of a second graph: an L2 flush over a scratch buffer of 2x the L2 size
+//      (evicts the weights from L2; read by default, see L2Flush), an event-record node, the forward's nodes, an event-record node.
 //      The time between the two event nodes is what the layer costs inside a model's graph (the
 //      graph's own launch is paid once per graph, not per layer); the median is reported (and the
 //      minimum in --json);
 //   4. the same number of replays timed the old way, events recorded on the stream around
-//      cuGraphLaunch of the forward-only graph (after a flush memset outside it): the layer as a graph
+//      cuGraphLaunch of the forward-only graph (after a flush outside it): the layer as a graph
 //      of its own, launch latency included ("replay" column).
 // Bytes: distinct local experts in topk_ids x the prepared FP4 + scale bytes of one expert (FC1 and
 // FC2 planes of runtime/prepared_layout.hpp, including their padding; biases and activations not
@@ -64,12 +64,35 @@ struct Event {
 // The bench's graphs are captured from its own stream only.
 constexpr CUstreamCaptureMode kCaptureMode = CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
 
-// The timed graph: an L2 flush (a memset node over scratch), the start event, what `body` enqueues,
-// the stop event: all nodes of one graph, so the events bracket exactly the body.
+// What evicts the weights from L2 before every timed forward: a pass over a scratch buffer of 2x the
+// L2 size, either written (memset: leaves the L2 full of dirty lines, whose write-back then shares the
+// HBM with the forward's reads) or read (the read floor's kernel: leaves clean lines, as the weight and
+// KV-cache reads before a MoE layer in a decode step do).
+class L2Flush {
+ public:
+  L2Flush(BenchFlush mode, size_t bytes, ReadFloor& reader) : mode_(mode), scratch_(bytes), reader_(reader) {
+    if (mode_ == BenchFlush::read) scratch_.fill_bytes(1);  // equal bytes: the read kernel's sink never fires
+  }
+  // pattern varies the memset's value between replays outside a graph (a write flush).
+  void enqueue(CUstream s, unsigned char pattern = 0x5A) const {
+    if (mode_ == BenchFlush::write)
+      check(driver().cuMemsetD8Async(scratch_.ptr(), pattern, scratch_.size(), s), "cuMemsetD8Async(L2 flush)");
+    else
+      reader_.enqueue_read(scratch_.ptr(), scratch_.size(), s);
+  }
+
+ private:
+  BenchFlush mode_;
+  DeviceBuffer scratch_;
+  ReadFloor& reader_;
+};
+
+// The timed graph: an L2 flush, the start event, what `body` enqueues, the stop event: all nodes of
+// one graph, so the events bracket exactly the body.
 template <class Body>
-CapturedGraph timed_graph(CUstream s, const DeviceBuffer& scratch, const Event& start, const Event& stop, Body&& body) {
+CapturedGraph timed_graph(CUstream s, const L2Flush& flush, const Event& start, const Event& stop, Body&& body) {
   return CapturedGraph(s, kCaptureMode, [&] {
-    check(driver().cuMemsetD8Async(scratch.ptr(), 0x5A, scratch.size(), s), "cuMemsetD8Async(L2 flush)");
+    flush.enqueue(s);
     check(driver().cuEventRecordWithFlags(start.e, s, CU_EVENT_RECORD_EXTERNAL), "cuEventRecordWithFlags");
     body();
     check(driver().cuEventRecordWithFlags(stop.e, s, CU_EVENT_RECORD_EXTERNAL), "cuEventRecordWithFlags");
@@ -111,10 +134,17 @@ double copy_bandwidth(CUstream s, size_t bytes) {
 
 }  // namespace
 
+BenchFlush parse_bench_flush(const std::string& s) {
+  if (s == "read") return BenchFlush::read;
+  if (s == "write") return BenchFlush::write;
+  throw UsageError(fmt::format("--flush must be read or write, got '{}'", s));
+}
+
 BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string& config_name,
-                      const std::vector<int>& tokens, int replays, uint64_t seed) {
+                      const std::vector<int>& tokens, int replays, uint64_t seed, BenchFlush flush_mode) {
   const LayerSpec& spec = layer.spec();
   BenchReport rep;
+  rep.flush = flush_mode;
   rep.device = rt.device_name();
   rep.config = config_name;
   rep.arch = std::string(to_string(rt.arch()));
@@ -137,8 +167,6 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
   while (copy_bytes > (size_t{64} << 20) && 2 * copy_bytes + (size_t{256} << 20) > free_b) copy_bytes /= 2;
   rep.copy_tbps = copy_bandwidth(s, copy_bytes) / 1e12;
 
-  const size_t scratch_bytes = std::max<size_t>(2 * static_cast<size_t>(l2), size_t{8} << 20);
-  DeviceBuffer scratch(scratch_bytes);
   const size_t H = static_cast<size_t>(spec.hidden), K = static_cast<size_t>(spec.top_k);
   DeviceBuffer x(static_cast<size_t>(max_m) * H * 2), ids(static_cast<size_t>(max_m) * K * 4),
       wts(static_cast<size_t>(max_m) * K * 4), out(static_cast<size_t>(max_m) * H * 2);
@@ -159,6 +187,7 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
                                                                               spec.experts)));
   ReadFloor read_floor(rt.arch(), rt.sm_count(),
                        std::min(static_cast<size_t>(per_expert * max_experts) + 16, size_t{1} << 30));
+  const L2Flush flush(flush_mode, std::max<size_t>(2 * static_cast<size_t>(l2), size_t{8} << 20), read_floor);
 
   Event start, stop;
   for (int m : tokens) {
@@ -189,14 +218,13 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
     check(driver().cuStreamSynchronize(s), "cuStreamSynchronize(graph replay)");
     out.download(replayed.data(), out_bytes);
 
-    const CapturedGraph timed = timed_graph(s, scratch, start, stop, [&] { rt.forward(layer, a); });
+    const CapturedGraph timed = timed_graph(s, flush, start, stop, [&] { rt.forward(layer, a); });
     const std::vector<float> ms = time_between_events(timed, s, start, stop, replays);
 
     std::vector<float> ms_launch;
     ms_launch.reserve(static_cast<size_t>(replays));
     for (int r = 0; r < replays; ++r) {
-      check(driver().cuMemsetD8Async(scratch.ptr(), static_cast<unsigned char>(r), scratch_bytes, s),
-            "cuMemsetD8Async(L2 flush)");
+      flush.enqueue(s, static_cast<unsigned char>(r));
       check(driver().cuEventRecord(start.e, s), "cuEventRecord");
       graph.launch(s);
       check(driver().cuEventRecord(stop.e, s), "cuEventRecord");
@@ -219,7 +247,7 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
     const double weight_bytes = per_expert * static_cast<double>(touched.size());
     if (weight_bytes <= static_cast<double>(read_floor.capacity())) {
       const CapturedGraph floor_graph =
-          timed_graph(s, scratch, start, stop, [&] { read_floor.enqueue(static_cast<size_t>(weight_bytes), s); });
+          timed_graph(s, flush, start, stop, [&] { read_floor.enqueue(static_cast<size_t>(weight_bytes), s); });
       row.us_read_floor = median(time_between_events(floor_graph, s, start, stop, replays)) * 1e3;
     }
     row.tokens = m;
@@ -238,9 +266,9 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
 }
 
 void print_bench_table(const BenchReport& r) {
-  fmt::print("bench {} on {} ({}): copy bandwidth {:.2f} TB/s (1 GiB device copy, read+write), L2 {} flushed before "
-             "each of {} graph replays (median)\n",
-             r.config, r.device, r.arch, r.copy_tbps, human_bytes(r.l2_bytes), r.replays);
+  fmt::print("bench {} on {} ({}): copy bandwidth {:.2f} TB/s (1 GiB device copy, read+write), L2 {} flushed ({} of "
+             "2x L2) before each of {} graph replays (median)\n",
+             r.config, r.device, r.arch, r.copy_tbps, human_bytes(r.l2_bytes), to_string(r.flush), r.replays);
   fmt::print("time: between event nodes around the forward inside the graph; replay: events around the launch of a\n"
              "graph holding only the forward (its launch latency included). TB/s, % and TFLOP/s use time. read: a\n"
              "kernel that only reads the same number of contiguous bytes, timed like time; of read = read / time.\n");
@@ -267,6 +295,7 @@ void write_bench_json(const BenchReport& r, const std::string& path) {
   j["replays"] = r.replays;
   j["l2_bytes"] = r.l2_bytes;
   j["copy_tbps"] = r.copy_tbps;
+  j["flush"] = to_string(r.flush);
   j["rows"] = nlohmann::json::array();
   for (const auto& row : r.rows)
     j["rows"].push_back({{"tokens", row.tokens},
@@ -289,11 +318,11 @@ void write_bench_json(const BenchReport& r, const std::string& path) {
 int cmd_bench(int argc, char** argv) {
   static const CommandSpec spec{
       "bench",
-      "--config NAME|PATH [--tokens LIST] [--replays N] [--json PATH] [--seed N] [--jobs N]",
+      "--config NAME|PATH [--tokens LIST] [--replays N] [--flush read|write] [--json PATH] [--seed N] [--jobs N]",
       "time layers in CUDA graphs",
-      "Times forward for each M inside a CUDA graph with a cold L2 (a scratch buffer of 2x the L2 size is written\n"
-      "before every replay, outside the timed events) and prints the median next to the device copy bandwidth\n"
-      "measured in the same run: M, time, distinct experts touched, weight bytes read (distinct experts x\n"
+      "Times forward for each M inside a CUDA graph with a cold L2 (a scratch buffer of 2x the L2 size is read, or\n"
+      "written with --flush write, before every replay, outside the timed events) and prints the median next to the\n"
+      "device copy bandwidth measured in the same run: M, time, distinct experts touched, weight bytes read (distinct experts x\n"
       "prepared FP4 + scale bytes per expert), achieved TB/s, fraction of copy bandwidth, the time of a kernel that\n"
       "only reads the same number of bytes (timed the same way) and its fraction of the forward, and useful TFLOP/s.\n"
       "The layer is random (FP4 codes uniform random bytes, valid block scales; see docs) and the inputs are\n"
@@ -302,6 +331,7 @@ int cmd_bench(int argc, char** argv) {
       {{"config", "NAME|PATH", "bundled config name or JSON file (default: " + default_config_name() + ")"},
        {"tokens", "LIST", "token counts M (default 1,2,4,8,16,32,64)"},
        {"replays", "N", "timed graph replays per M (default 100)"},
+       {"flush", "read|write", "how the L2 is emptied before each replay: read (default) or write 2x the L2 size"},
        {"json", "PATH", "also write the rows as JSON"},
        {"seed", "N", "random seed (default 1)"},
        {"jobs", "N", "prewarm worker processes (default: number of CPUs)"}},
@@ -315,6 +345,7 @@ int cmd_bench(int argc, char** argv) {
   const std::vector<int> tokens = args.int_list("tokens", {1, 2, 4, 8, 16, 32, 64}, 1, kDecodeMaxTokens);
   const int replays = args.integer("replays", 100, 1, 1000000);
   const int seed = args.integer("seed", 1, 0);
+  const BenchFlush flush = parse_bench_flush(args.str("flush", "read"));
   const int jobs = args.integer("jobs", static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), 1, 1024);
   std::string why;
   if (!gpu_available(&why))
@@ -338,7 +369,7 @@ int cmd_bench(int argc, char** argv) {
     const HostLayer layer = make_random_code_layer(local, static_cast<uint64_t>(seed));
     prepared = rt.prepare(layer);
   }
-  const BenchReport rep = run_bench(rt, *prepared, cfg.name, tokens, replays, static_cast<uint64_t>(seed));
+  const BenchReport rep = run_bench(rt, *prepared, cfg.name, tokens, replays, static_cast<uint64_t>(seed), flush);
   print_bench_table(rep);
   if (args.has("json")) write_bench_json(rep, args.str("json"));
   return kExitOk;

@@ -25,7 +25,10 @@ ReadFloor::ReadFloor(Arch arch, int sm_count, size_t max_bytes)
 void ReadFloor::enqueue(size_t bytes, CUstream s) {
   if (bytes > data_.size())
     throw Error(fmt::format("read floor: {} bytes asked, {} allocated", bytes, data_.size()));
-  CUdeviceptr p = data_.ptr();
+  enqueue_read(data_.ptr(), bytes, s);
+}
+
+void ReadFloor::enqueue_read(CUdeviceptr p, size_t bytes, CUstream s) {
   unsigned long long n16 = bytes / 16;
   CUdeviceptr sink = sink_.ptr();
   void* args[] = {&p, &n16, &sink};

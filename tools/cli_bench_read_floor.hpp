@@ -19,6 +19,9 @@ class ReadFloor {
   size_t capacity() const { return data_.size(); }
   // Enqueues one read of the first `bytes` (<= capacity, rounded down to 16) on s; capturable.
   void enqueue(size_t bytes, CUstream s);
+  // The same read over any buffer whose bytes are all equal (so the kernel's sink never fires): the
+  // bench's read flush.
+  void enqueue_read(CUdeviceptr p, size_t bytes, CUstream s);
 
  private:
   detail::StandaloneKernel kernel_;

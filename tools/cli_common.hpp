@@ -142,6 +142,11 @@ struct BenchRow {
   bool graph_matches_eager = true;
 };
 
+// How the bench evicts the weights from L2 before each timed forward (tools/cli_bench.cpp).
+enum class BenchFlush { read, write };
+inline const char* to_string(BenchFlush f) { return f == BenchFlush::read ? "read" : "write"; }
+BenchFlush parse_bench_flush(const std::string& s);  // "read" | "write"; UsageError otherwise
+
 struct BenchReport {
   std::string device;
   std::string config;
@@ -149,12 +154,13 @@ struct BenchReport {
   int replays = 0;
   double l2_bytes = 0;
   double copy_tbps = 0;  // device copy bandwidth: (read + write bytes) / time of a 1 GiB copy
+  BenchFlush flush = BenchFlush::read;
   std::vector<BenchRow> rows;
 };
 
 // Times runtime.forward inside a CUDA graph for every M of tokens (cold L2 before each replay).
 BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string& config_name,
-                      const std::vector<int>& tokens, int replays, uint64_t seed);
+                      const std::vector<int>& tokens, int replays, uint64_t seed, BenchFlush flush);
 void print_bench_table(const BenchReport& r);
 void write_bench_json(const BenchReport& r, const std::string& path);
 

@@ -100,7 +100,7 @@ int demo_with_gpu(const ModelConfig& cfg, const LayerSpec& local, int jobs, int 
   std::vector<int> tokens;
   for (int m = 1; m <= max_m; m *= 2) tokens.push_back(m);
   if (tokens.back() != max_m) tokens.push_back(max_m);
-  const BenchReport rep = run_bench(rt, *prepared, cfg.name, tokens, replays, seed);
+  const BenchReport rep = run_bench(rt, *prepared, cfg.name, tokens, replays, seed, BenchFlush::read);
   print_bench_table(rep);
   if (!all_ok) fmt::print("demo: a GPU result was outside the tolerance of the CPU reference\n");
   return all_ok ? kExitOk : kExitFailed;

@@ -2,11 +2,12 @@
 """Side-by-side peer for `moejit bench`: the same MoE layer in bf16 through torch._grouped_mm.
 
 Routing (sort by expert, offsets), FC1, activation, FC2 and the weighted top-k sum all run inside one
-CUDA graph; each replay starts with a cold L2 (a 2x-L2 buffer is rewritten outside the timed events).
+CUDA graph; each replay starts with a cold L2 (a 2x-L2 buffer is read, or rewritten with --flush write,
+outside the timed events; `moejit bench` flushes the same way).
 Prints the same columns as `moejit bench`: µs, distinct experts, weight bytes read, achieved TB/s and
 the fraction of the device-copy bandwidth measured in the same run.
 
-usage: python3 bench/peers/torch_grouped_mm.py --config gpt-oss-120b [--tokens 1,2,4] [--replays 50]
+usage: python3 bench/peers/torch_grouped_mm.py --config gpt-oss-120b [--tokens 1,2,4] [--replays 50] [--flush read|write]
 """
 import argparse
 import json
@@ -63,6 +64,8 @@ def main():
     ap.add_argument("--config", default="gpt-oss-120b")
     ap.add_argument("--tokens", default="1,2,4,8,16,32,64")
     ap.add_argument("--replays", type=int, default=50)
+    ap.add_argument("--flush", choices=["read", "write"], default="read",
+                    help="empty the L2 before each replay by reading (default) or writing 2x its size")
     args = ap.parse_args()
     cfg = load_config(args.config)
     E, H, I, K = cfg["experts"], cfg["hidden"], cfg["intermediate"], cfg["top_k"]
@@ -75,7 +78,7 @@ def main():
     b2 = torch.randn(E, H, device=dev) * 0.1 if cfg.get("bias") else None
     expert_bytes = (rows1 * H + H * I) * 2
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    flush = torch.empty(2 * l2 + (1 << 20), dtype=torch.uint8, device=dev)
+    flush = torch.zeros(2 * l2 + (1 << 20), dtype=torch.uint8, device=dev)
     bw = copy_bandwidth()
     print(f"# {torch.cuda.get_device_name(0)}  config {cfg.get('name', args.config)}  bf16 torch._grouped_mm")
     print(f"# device copy bandwidth {bw / 1e12:.2f} TB/s (read+write)")
@@ -116,7 +119,10 @@ def main():
             layer()
         times = []
         for _ in range(args.replays):
-            flush.zero_()
+            if args.flush == "read":
+                flush.max()  # reads every byte, leaves clean lines in L2
+            else:
+                flush.zero_()
             st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             st.record()
             g.replay()
