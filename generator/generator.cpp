@@ -24,11 +24,35 @@ int act_code(Activation a) {
 const char* cpp_bool(bool b) { return b ? "true" : "false"; }
 }  // namespace
 
+int kernel_threads(const KernelKey& key) {
+  return (key.warps + (key.kind == KernelKind::decode_fc1_stream ? 1 : 0)) * 32;
+}
+
+int decode_dynamic_smem(const KernelKey& raw) {
+  const KernelKey key = raw.normalized();
+  if (key.kind != KernelKind::decode_fc1_stream) return 0;
+  const int mats = key.activation == Activation::relu2 ? 1 : 2;
+  const int scale_bytes = key.format == ScaleFormat::nvfp4 ? 64 : 32;  // per chunk and matrix
+  const int barriers = (2 * key.depth * 8 + 127) / 128 * 128;
+  return barriers + key.depth * key.warps * key.parts * mats * (512 + scale_bytes);
+}
+
 int decode_ctas_per_sm(const KernelKey& key) {
   // Decode kernels hide latency with resident warps: cap registers so that at least 512 threads per
-  // SM stay resident. Wide token tiles (4+) keep their accumulators instead.
-  const int threads = key.warps * 32;
-  return key.min_blocks > 0 ? key.min_blocks : (key.ntiles >= 4 ? 1 : std::max(1, 512 / threads));
+  // SM stay resident. Wide token tiles (4+) keep their accumulators instead. A streaming kernel runs
+  // as many CTAs as its shared memory allows.
+  const int threads = kernel_threads(key);
+  if (key.min_blocks > 0) return key.min_blocks;
+  int ctas = key.ntiles >= 4 ? 1 : std::max(1, 512 / threads);
+  if (key.kind == KernelKind::decode_fc1_stream) {
+    // Shared memory per CTA: the ring, the static reduction buffer and routing list, and the 1 KiB the
+    // driver reserves per CTA, out of 228 KiB per SM.
+    const int mats = key.activation == Activation::relu2 ? 1 : 2;
+    const int per_cta = decode_dynamic_smem(key) + key.warps * key.ntiles * mats * 4 * 32 * 4 +
+                        kInlineRouteListBytes + 1024;
+    ctas = std::max(1, std::min(2048 / threads, 228 * 1024 / per_cta));  // as many as fit
+  }
+  return ctas;
 }
 
 GeneratedSource generate_source(const KernelKey& raw) {
@@ -36,7 +60,7 @@ GeneratedSource generate_source(const KernelKey& raw) {
   GeneratedSource out;
   out.entry = key.entry_name();
   out.name = out.entry + ".cu";
-  const int threads = key.warps * 32;
+  const int threads = kernel_threads(key);
   const int min_blocks = decode_ctas_per_sm(key);
   // The activation ring costs ~16 registers per thread: FC1 (two matrices in flight) takes it only
   // when the register cap leaves 80; FC2 always. Wider token tiles load activations step by step.
@@ -75,11 +99,28 @@ GeneratedSource generate_source(const KernelKey& raw) {
       out.source = header + fmt::format(
           "#include \"{17}.cuh\"\n"
           "extern \"C\" __global__ void __launch_bounds__({0}, {13}) {1}(const {16} p) {{\n"
-          "  {15}<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {14}>(p);\n}}\n",
+          "  {15}<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {18}, {11}, {12}, {14}>(p);\n}}\n",
           threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), act_code(key.activation),
           cpp_bool(key.limit), cpp_bool(key.bias), key.experts, key.hidden, key.intermediate, key.warps, key.ntiles,
           key.depth, cpp_bool(key.inline_route), min_blocks, cpp_bool(prefetch_x),
-          function, fused ? "DecodeFusedParams" : "DecodeFc1Params", fused ? "moe_decode_fused" : "moe_decode_fc1");
+          function, fused ? "DecodeFusedParams" : "DecodeFc1Params", fused ? "moe_decode_fused" : "moe_decode_fc1",
+          key.columns);
+      break;
+    }
+    case KernelKind::decode_fc1_stream: {
+      const int smem = decode_dynamic_smem(key);
+      if (smem > kMaxDynamicSmem)
+        throw Error(fmt::format("kernel key {}: the ring needs {} bytes of shared memory, more than {}", key.str(), smem,
+                                kMaxDynamicSmem));
+      const int mats = key.activation == Activation::relu2 ? 1 : 2;
+      out.source = header + fmt::format(
+          "#include \"moe_decode_fc1_stream.cuh\"\n"
+          "static_assert(Fc1StreamRing<{2}, {13}, {9}, {11}, {12}>::kBytes == {14}, \"host and device ring sizes differ\");\n"
+          "extern \"C\" __global__ void __launch_bounds__({0}, {15}) {1}(const DecodeFc1Params p) {{\n"
+          "  moe_decode_fc1_stream<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {16}, {11}, {12}>(p);\n}}\n",
+          threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), act_code(key.activation),
+          cpp_bool(key.limit), cpp_bool(key.bias), key.experts, key.hidden, key.intermediate, key.warps, key.ntiles,
+          key.depth, key.parts, mats, smem, min_blocks, key.columns);
       break;
     }
     case KernelKind::decode_fc2:
@@ -91,11 +132,11 @@ GeneratedSource generate_source(const KernelKey& raw) {
       out.source = header + fmt::format(
           "#include \"{13}.cuh\"\n"
           "extern \"C\" __global__ void __launch_bounds__({0}, {11}) {1}(const DecodeFc2Params p) {{\n"
-          "  {13}<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {12}>(p);\n}}\n",
+          "  {13}<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {14}, {9}, {10}, {12}>(p);\n}}\n",
           threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), cpp_bool(key.bias), key.experts,
           key.hidden, key.intermediate, key.warps, key.ntiles, key.depth,
           sum ? std::to_string(key.parts) : std::string(cpp_bool(key.inline_route)), min_blocks, cpp_bool(prefetch_x),
-          function);
+          function, key.columns);
       break;
     }
   }

@@ -19,22 +19,24 @@ std::string_view to_string(KernelKind k) {
     case KernelKind::decode_fused: return "decode_fused";
     case KernelKind::decode_fc2_sum: return "decode_fc2_sum";
     case KernelKind::decode_fc1_loop: return "decode_fc1_loop";
+    case KernelKind::decode_fc1_stream: return "decode_fc1_stream";
   }
   return "?";
 }
 
 KernelKind parse_kernel_kind(std::string_view s) {
   for (auto k : {KernelKind::prepare, KernelKind::route, KernelKind::decode_fc1, KernelKind::decode_fc2,
-                 KernelKind::decode_fused, KernelKind::decode_fc2_sum, KernelKind::decode_fc1_loop})
+                 KernelKind::decode_fused, KernelKind::decode_fc2_sum, KernelKind::decode_fc1_loop,
+                 KernelKind::decode_fc1_stream})
     if (to_string(k) == s) return k;
   throw Error(fmt::format(
-      "kernel kind '{}' is unknown (expected prepare, route, decode_fc1, decode_fc1_loop, decode_fc2, decode_fc2_sum "
-      "or decode_fused)",
+      "kernel kind '{}' is unknown (expected prepare, route, decode_fc1, decode_fc1_loop, decode_fc1_stream, decode_fc2, "
+      "decode_fc2_sum or decode_fused)",
       s));
 }
 
 std::string KernelKey::str() const {
-  const std::string p = parts != 1 ? fmt::format("p{}", parts) : "";
+  const std::string p = (parts != 1 ? fmt::format("p{}", parts) : "") + (columns != 8 ? fmt::format("c{}", columns) : "");
   return fmt::format("{}:{}:{}:{}:{}:E{}:H{}:I{}:w{}n{}d{}o{}{}:b{}:l{}:i{}", to_string(kind), to_string(arch),
                      to_string(format), to_string(activation), to_string(precision), experts, hidden,
                      intermediate, warps, ntiles, depth, min_blocks, p, bias ? 1 : 0, limit ? 1 : 0,
@@ -85,11 +87,16 @@ KernelKey KernelKey::parse(std::string_view s) {
   k.hidden = parse_prefixed(p[6], 'H', "hidden", s);
   k.intermediate = parse_prefixed(p[7], 'I', "intermediate", s);
   auto tile = p[8];
+  const auto cpos = tile.find('c');
+  if (cpos != std::string_view::npos) {
+    k.columns = parse_int_field(tile.substr(cpos + 1), "columns", s);
+    tile = tile.substr(0, cpos);
+  }
   const auto npos = tile.find('n'), dpos = tile.find('d'), opos = tile.find('o'), ppos = tile.find('p');
   if (tile.empty() || tile[0] != 'w' || npos == std::string_view::npos || dpos == std::string_view::npos ||
       opos == std::string_view::npos || !(npos < dpos && dpos < opos) ||
       (ppos != std::string_view::npos && ppos < opos))
-    throw Error(fmt::format("kernel key '{}': tile field '{}' must look like w4n1d2o0 (or w8n1d8o2p2)", s, tile));
+    throw Error(fmt::format("kernel key '{}': tile field '{}' must look like w4n1d2o0 (or w8n1d8o2p2, w4n1d1o8c4)", s, p[8]));
   k.warps = parse_int_field(tile.substr(1, npos - 1), "warps", s);
   k.ntiles = parse_int_field(tile.substr(npos + 1, dpos - npos - 1), "ntiles", s);
   k.depth = parse_int_field(tile.substr(dpos + 1, opos - dpos - 1), "depth", s);
@@ -121,6 +128,8 @@ KernelKey KernelKey::normalized() const {
   }
   if (k.experts <= 0) throw Error(fmt::format("kernel key {}: experts must be positive", str()));
   if (k.warps < 1 || k.warps > 32) throw Error(fmt::format("kernel key {}: warps must be in [1, 32]", str()));
+  if (k.kind == KernelKind::decode_fc1_stream && k.warps > 31)
+    throw Error(fmt::format("kernel key {}: decode_fc1_stream adds a producer warp, so warps must be in [1, 31]", str()));
   if (k.kind == KernelKind::route) {
     // Routing depends only on the expert count and its block size.
     KernelKey r;
@@ -148,8 +157,12 @@ KernelKey KernelKey::normalized() const {
   if (k.precision != ActPrecision::a16)
     throw Error(fmt::format("kernel key {}: the decode family computes in a16 only", str()));
   if (k.parts < 1 || k.parts > 8) throw Error(fmt::format("kernel key {}: parts must be in [1, 8]", str()));
-  if (k.kind != KernelKind::decode_fc2_sum) k.parts = 1;
-  if ((k.kind == KernelKind::decode_fc2_sum || k.kind == KernelKind::decode_fc1_loop) && !k.inline_route)
+  if (k.kind != KernelKind::decode_fc2_sum && k.kind != KernelKind::decode_fc1_stream) k.parts = 1;
+  if (k.columns != 8 && k.columns != 4)
+    throw Error(fmt::format("kernel key {}: columns must be 8 (a pair in every MMA column) or 4 (even columns)", str()));
+  if ((k.kind == KernelKind::decode_fc2_sum || k.kind == KernelKind::decode_fc1_loop ||
+       k.kind == KernelKind::decode_fc1_stream) &&
+      !k.inline_route)
     throw Error(fmt::format("kernel key {}: {} routes inline only (i1)", str(), to_string(k.kind)));
   if (k.kind == KernelKind::decode_fc2 || k.kind == KernelKind::decode_fc2_sum) {
     // FC2 does not see the activation; the limit is an FC1 concern.

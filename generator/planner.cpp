@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -124,8 +125,8 @@ void choose_fc2_sum_tile(KernelKey& k, const LayerSpec& spec, double experts_tou
   if (k.ntiles > 1) k.depth = std::min(k.depth, 2);
 }
 
-// Variant switches for comparisons, where both variants apply: MOEJIT_DECODE_FC1=grid|loop (FC1 with
-// inline routing), MOEJIT_DECODE_FC2=split|sum (M*K <= 64). Returns whether `on` was chosen.
+// Variant switches for comparisons, where both variants apply: MOEJIT_DECODE_FC2=split|sum (M*K <= 64).
+// Returns whether `on` was chosen.
 bool variant_from_env(const char* name, std::string_view on, std::string_view off, bool default_value) {
   const char* env = std::getenv(name);
   if (!env || !*env) return default_value;
@@ -134,9 +135,10 @@ bool variant_from_env(const char* name, std::string_view on, std::string_view of
   throw Error(fmt::format("{}='{}' must be {} or {}", name, env, off, on));
 }
 
-// MOEJIT_DECODE_TILE="w<warps>d<depth>[o<CTAs per SM>[p<parts>]]" overrides the decode tile of FC1 and FC2,
-// MOEJIT_DECODE_TILE_FC1 / _FC2 one kernel only (they win over the shared one), for tuning sweeps with
-// `moejit bench` (keys stay canonical, so the cache and prewarm see exactly what runs).
+// MOEJIT_DECODE_TILE="w<warps>d<depth>[o<CTAs per SM>][p<parts>]" overrides the decode tile of FC1 and
+// FC2 (decode_fc1_stream: d = stages, p = chunks per warp and stage), MOEJIT_DECODE_TILE_FC1 / _FC2 one
+// kernel only (they win over the shared one), for tuning sweeps with `moejit bench` (keys stay
+// canonical, so the cache and prewarm see exactly what runs).
 void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
   const char* name = specific_variable;
   const char* env = std::getenv(name);
@@ -145,17 +147,76 @@ void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
     env = std::getenv(name);
   }
   if (!env || !*env) return;
-  int warps = 0, depth = 0, blocks = 0, parts = 0;
-  const int n = std::sscanf(env, "w%dd%do%dp%d", &warps, &depth, &blocks, &parts);
-  if (n < 2 || warps < 1 || warps > 16 || depth < 1 || depth > 8 || blocks < 0 || blocks > 32 ||
-      (n == 4 && (parts < 1 || parts > 8)))
-    throw Error(fmt::format("{}='{}' must look like w4d2, w4d2o6 or w8d4o2p2 (warps 1..16, depth 1..8, CTAs per SM "
-                            "0..32, K parts 1..8)",
+  // Letter-number fields in the order w, d, o, p, c; w and d required.
+  const std::string_view text(env), order("wdopc");
+  int value[5] = {0, 0, 0, 1, 8};
+  bool seen[5] = {false, false, false, false, false};
+  size_t at = 0, last = 0;
+  bool ok = true;
+  while (ok && at < text.size()) {
+    const size_t field = order.find(text[at]);
+    ok = field != std::string_view::npos && (at == 0 ? field == 0 : field > last) && !seen[field];
+    if (!ok) break;
+    const char* begin = text.data() + at + 1;
+    auto [ptr, ec] = std::from_chars(begin, text.data() + text.size(), value[field]);
+    ok = ec == std::errc() && ptr != begin;
+    seen[field] = true;
+    last = field;
+    at = static_cast<size_t>(ptr - text.data());
+  }
+  ok = ok && seen[0] && seen[1] && value[0] >= 1 && value[0] <= 16 && value[1] >= 1 && value[1] <= 8 &&
+       value[2] >= 0 && value[2] <= 32 && value[3] >= 1 && value[3] <= 8 && (value[4] == 8 || value[4] == 4);
+  if (!ok)
+    throw Error(fmt::format("{}='{}' must look like w4d2, w4d2o6, w8d4o2p2, w4d4p4 or w4d1o8c4 (warps 1..16, depth "
+                            "1..8, CTAs per SM 0..32, parts 1..8, columns 8 or 4)",
                             name, env));
-  k.warps = warps;
-  k.depth = depth;
-  k.min_blocks = blocks;
-  if (n == 4) k.parts = parts;
+  k.warps = value[0];
+  k.depth = value[1];
+  k.min_blocks = value[2];
+  if (seen[3]) k.parts = value[3];
+  if (seen[4]) k.columns = value[4];
+}
+
+// FC1 with inline routing: one CTA per item (grid), one wave walking the items (loop), or that wave
+// with its weights streamed through shared memory (stream). MOEJIT_DECODE_FC1 overrides the choice.
+enum class Fc1Variant { grid, loop, stream };
+Fc1Variant fc1_variant_from_env(Fc1Variant default_value) {
+  const char* env = std::getenv("MOEJIT_DECODE_FC1");
+  if (!env || !*env) return default_value;
+  const std::string_view v(env);
+  if (v == "grid") return Fc1Variant::grid;
+  if (v == "loop") return Fc1Variant::loop;
+  if (v == "stream") return Fc1Variant::stream;
+  throw Error(fmt::format("MOEJIT_DECODE_FC1='{}' must be grid, loop or stream", env));
+}
+
+// decode_fc1_stream's tile: 4 consumer warps, a ring of 3 stages of 4 chunks per warp (16 chunks,
+// 17-18 KiB of a gated slab's weights and scales per stage), 3 CTAs per SM. Measured on DeepSeek-V3
+// M = 2/4/8 (µs, NVFP4; MXFP4): w4d3p4 117.8/225.1/390.4; 110.3/210.4/362.2, w4d2p4 118.8/226.1/390.0;
+// 114.4/220.4/379.0, w8d3p2 119.8/229.0/397.3; 112.0/216.4/370.9.
+void choose_fc1_stream_tile(KernelKey& k) {
+  k.kind = KernelKind::decode_fc1_stream;
+  k.warps = 4;
+  k.depth = 3;
+  k.parts = 4;
+  k.min_blocks = 0;
+  k.min_blocks = decode_ctas_per_sm(k);
+}
+
+// MMA columns per n-tile that carry a pair (KernelKey::columns): 4 where no expert has more than 4 pairs
+// (M <= 4, each token routing to distinct experts: one pass over the weights either way, and half the
+// block-scale FMAs), else 8. NVFP4's FC1 keeps 8: with 4, ptxas sinks the next chunk's weight loads
+// below the current chunk's MMAs in its loop and the loads wait (Nsight Compute, DeepSeek M = 4:
+// long-scoreboard stalls per instruction 2.6 -> 5.0, FC1 154.6 -> 172.8 us, while FC2-sum gains
+// 88.5 -> 83.7); MXFP4's FC1 gains (gpt-oss M = 1/4 26.1/73.4 -> 24.8/72.2 us, DeepSeek-V3 MXFP4
+// 59.4/219.8 -> 58.5/216.7). MOEJIT_DECODE_COLUMNS=8|4 sets both kernels, for comparisons and tests.
+int decode_columns(int tokens, bool fc1, ScaleFormat format) {
+  const char* env = std::getenv("MOEJIT_DECODE_COLUMNS");
+  if (!env || !*env) return tokens <= 4 && (!fc1 || format == ScaleFormat::mxfp4) ? 4 : 8;
+  const std::string_view v(env);
+  if (v == "8") return 8;
+  if (v == "4") return 4;
+  throw Error(fmt::format("MOEJIT_DECODE_COLUMNS='{}' must be 8 or 4", env));
 }
 
 DecodeLaunch decode_launch_from_env() {
@@ -229,11 +290,23 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   const double fc1_ctas = spec.intermediate / 16 * experts_touched;
   const bool fc1_multi_wave = fc1_ctas > static_cast<double>(sms) * decode_ctas_per_sm(fc1);
   const int fc1_chunks_per_warp = ((spec.hidden + 63) / 64 + fc1.warps - 1) / fc1.warps;
-  if (fc1.inline_route && plan.launch != DecodeLaunch::cooperative &&
-      variant_from_env("MOEJIT_DECODE_FC1", "loop", "grid", fc1_multi_wave && fc1_chunks_per_warp <= 16)) {
-    fc1.kind = KernelKind::decode_fc1_loop;
-    if (fc1.ntiles == 1 && fc1.warps == 4 && fc1_chunks_per_warp > 8) fc1.min_blocks = 8;
+  if (fc1.inline_route && plan.launch != DecodeLaunch::cooperative) {
+    // Long slabs (more than 16 chunks per warp, DeepSeek-V3) on several waves stream their weights
+    // through shared memory instead (M = 2/4/8, µs, grid : stream: NVFP4 120.5/229.2/397.9 :
+    // 117.8/225.1/390.4, MXFP4 115.3/219.8/376.4 : 110.3/210.4/362.2); at M = 1 the grid is one wave
+    // and wins (62.8 : 68.1).
+    const Fc1Variant v = fc1_variant_from_env(!fc1_multi_wave          ? Fc1Variant::grid
+                                              : fc1_chunks_per_warp <= 16 ? Fc1Variant::loop
+                                                                          : Fc1Variant::stream);
+    if (v == Fc1Variant::loop) {
+      fc1.kind = KernelKind::decode_fc1_loop;
+      if (fc1.ntiles == 1 && fc1.warps == 4 && fc1_chunks_per_warp > 8) fc1.min_blocks = 8;
+    } else if (v == Fc1Variant::stream) {
+      choose_fc1_stream_tile(fc1);
+    }
   }
+  fc1.columns = decode_columns(tokens, /*fc1=*/true, spec.format);
+  fc2.columns = decode_columns(tokens, /*fc1=*/false, spec.format);
   apply_tuning_overrides(fc1, "MOEJIT_DECODE_TILE_FC1");
   apply_tuning_overrides(fc2, "MOEJIT_DECODE_TILE_FC2");
   if (plan.launch == DecodeLaunch::cooperative) {

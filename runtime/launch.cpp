@@ -11,9 +11,14 @@ namespace moejit::detail {
 
 void launch(CUfunction f, const LaunchShape& s, CUstream stream, void* params, bool programmatic_dependent) {
   void* args[] = {params};
-  if (s.dynamic_smem > 0)  // static + dynamic above 48 KiB needs the opt-in too
+  if (s.dynamic_smem > 0) {  // static + dynamic above 48 KiB needs the opt-in too
     check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(s.dynamic_smem)),
           "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+    // Kernels that ask for dynamic shared memory size their grids by it: give them the largest
+    // carveout, or fewer CTAs fit per SM than the planner counted on.
+    check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100),
+          "cuFuncSetAttribute(PREFERRED_SHARED_MEMORY_CARVEOUT)");
+  }
   if (!programmatic_dependent) {
     check(driver().cuLaunchKernel(f, s.grid_x, s.grid_y, s.grid_z, s.block, 1, 1, s.dynamic_smem, stream, args, nullptr),
           "cuLaunchKernel");

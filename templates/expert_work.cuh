@@ -49,16 +49,28 @@ MOEJIT_DEVICE bool pair_is_local(const RoutingArgs& r, int q, int experts) {
   return e >= 0 && e < experts;
 }
 
-// The MMA columns of one pass over a slab: column lane/4 of n-tile nt serves the pass's pair
-// pass + 8*nt + lane/4, whose bf16 row row_of(t) is the B operand (nullptr past the last pair: that
-// column multiplies zeros). Returns how many n-tiles hold a pair.
-template <int kNT, typename RowOf>
+// The MMA columns of one pass over a slab. kCols = 8: column n of n-tile nt serves the pass's pair
+// pass + 8*nt + n. kCols = 4: only even columns carry pairs (pass + 4*nt + n/2), so each lane's
+// accumulators 1 and 3 (the odd columns) are never needed and chunk_mma skips their block-scale FMAs;
+// a pass then covers 4 pairs per n-tile. The lane (g, c) supplies column g's activation row, row_of(t)
+// (nullptr: the column multiplies zeros), and holds results for columns 2c and 2c + 1. Returns how many
+// n-tiles hold a pair.
+template <int kNT, int kCols, typename RowOf>
 MOEJIT_DEVICE int pass_rows(int pass, int count, RowOf row_of, const u16* (&rows)[kNT]) {
+  static_assert(kCols == 8 || kCols == 4, "pairs fill every MMA column or the even ones");
   const int g = lane_id() >> 2;
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) {
-    const int t = pass + nt * 8 + g;
-    rows[nt] = t < count ? row_of(t) : nullptr;
+    const int t = pass + nt * kCols + (kCols == 8 ? g : g >> 1);
+    rows[nt] = (kCols == 8 || (g & 1) == 0) && t < count ? row_of(t) : nullptr;
   }
-  return min(kNT, (count - pass + 7) / 8);
+  return min(kNT, (count - pass + kCols - 1) / kCols);
+}
+
+// The pair (index within the slot, before the count check) of this lane's accumulator i (0..3) in
+// n-tile nt, or -1 when that accumulator belongs to a column without a pair (kCols = 4, odd columns).
+template <int kCols>
+MOEJIT_DEVICE int pass_pair(int pass, int nt, int c4, int i) {
+  if (kCols == 8) return pass + nt * 8 + 2 * c4 + (i & 1);
+  return (i & 1) ? -1 : pass + nt * 4 + c4;
 }

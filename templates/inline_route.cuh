@@ -96,6 +96,8 @@ struct InlineRouteList {
   u32 bits[32];                     // experts present (E <= 1024)
   i32 num_active;
 };
+// The host sizes streaming kernels' shared memory with this (kInlineRouteListBytes in generator.hpp).
+static_assert(sizeof(InlineRouteList) == 1544, "update kInlineRouteListBytes");
 
 template <int kExperts>
 MOEJIT_DEVICE void inline_route_list(const i32* ids, int pairs, int expert_begin, InlineRouteList& sh) {

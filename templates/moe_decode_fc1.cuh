@@ -19,71 +19,77 @@ struct DecodeFc1Params {
   RoutingArgs route;
 };
 
+// Warp 0, after the reduction over warps: the activation of the slab's gate/up rows for the pass's
+// pairs, stored as bf16 times 2^64 (FC2's B operand as is). gs: the slab's fp32 output multiplier.
+template <int kAct, bool kLimit, bool kBias, int kI, int kMats, int kNT, int kCols>
+MOEJIT_DEVICE void fc1_store_pass(const DecodeFc1Params& p, const ExpertWork& work, int slab, int pass, int live,
+                                  const float (&acc)[kNT][kMats][4], float gs) {
+  const int e = work.expert, count = work.count;
+  const int lane = lane_id(), g = lane >> 2, c4 = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int t = pass_pair<kCols>(pass, nt, c4, i);
+      if (nt < live && t >= 0 && t < count) {
+        const int row = slab * 16 + g + (i >> 1) * 8;
+        float gate = acc[nt][0][i] * gs, up = kMats == 2 ? acc[nt][kMats - 1][i] * gs : 0.f;
+        if (kBias) {
+          gate += p.bias[((size_t)e * kMats) * kI + row];
+          if (kMats == 2) up += p.bias[((size_t)e * kMats + 1) * kI + row];
+        }
+        const float a = apply_activation<kAct, kLimit>(gate, up, p.alpha, p.beta, p.limit);
+        p.act[(size_t)work.pairs[t] * kI + row] = f32_to_bf16(a * kActScale);
+      }
+    }
+  }
+}
+
 // One (slab, expert) item whose routing is known: work.expert's rows slab*16.. for work's pairs.
-template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kH, int kI, int kWarps, int kNT, int kDepth, bool kPrefetchX>
+template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kH, int kI, int kWarps, int kNT, int kCols, int kDepth, bool kPrefetchX>
 __device__ void moe_decode_fc1_work(const DecodeFc1Params& p, const ExpertWork& work, int slab) {
   constexpr int kMats = kAct == kActRelu2 ? 1 : 2;
   constexpr int kChunks = (kH + 63) / 64;
   constexpr int kSlabs = kI / 16;
   __shared__ float red[kWarps > 1 ? kWarps * kNT * kMats * 4 * 32 : 1];
-  const int e = work.expert, count = work.count;
-  const int lane = lane_id(), warp = threadIdx.x >> 5, g = lane >> 2, c4 = lane & 3;
-  const SlabOperands ops = slab_operands<kNvfp4, kChunks, kMats, kSlabs>(p.w, p.s, p.gscale, e, slab);
-  const float gs = ops.gs;
+  const int warp = threadIdx.x >> 5;
+  const SlabOperands ops = slab_operands<kNvfp4, kChunks, kMats, kSlabs>(p.w, p.s, p.gscale, work.expert, slab);
 
-  for (int pass = 0; pass < count; pass += 8 * kNT) {
+  for (int pass = 0; pass < work.count; pass += kCols * kNT) {
     const u16* rows[kNT];
-    const int live = pass_rows<kNT>(
-        pass, count, [&](int t) { return p.x + (size_t)(work.pairs[t] / p.route.top_k) * kH; }, rows);
+    const int live = pass_rows<kNT, kCols>(
+        pass, work.count, [&](int t) { return p.x + (size_t)(work.pairs[t] / p.route.top_k) * kH; }, rows);
     float acc[kNT][kMats][4];
-    slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kDepth, true, kPrefetchX>(ops.w, ops.s, rows, live, acc, false, warp);
+    slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kCols, kDepth, true, kPrefetchX>(ops.w, ops.s, rows, live, acc, false, warp);
     reduce_over_warps<kMats, kWarps, kNT>(acc, red);
-    if (warp == 0) {
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int t = pass + nt * 8 + 2 * c4 + (i & 1);
-          if (nt < live && t < count) {
-            const int row = slab * 16 + g + (i >> 1) * 8;
-            float gate = acc[nt][0][i] * gs, up = kMats == 2 ? acc[nt][kMats - 1][i] * gs : 0.f;
-            if (kBias) {
-              gate += p.bias[((size_t)e * kMats) * kI + row];
-              if (kMats == 2) up += p.bias[((size_t)e * kMats + 1) * kI + row];
-            }
-            const float a = apply_activation<kAct, kLimit>(gate, up, p.alpha, p.beta, p.limit);
-            p.act[(size_t)work.pairs[t] * kI + row] = f32_to_bf16(a * kActScale);  // FC2 reads it scaled
-          }
-        }
-      }
-    }
+    if (warp == 0) fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, kCols>(p, work, slab, pass, live, acc, ops.gs);
     __syncthreads();  // red is reused by the next pass
   }
 }
 
-template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kDepth, bool kInline, bool kPrefetchX>
+template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kCols, int kDepth, bool kInline, bool kPrefetchX>
 __device__ void moe_decode_fc1_item(const DecodeFc1Params& p, int slab, int slot) {
   __shared__ InlineRouteShared route_sh;
   if (kInline && slab == 0 && slot == 0)
     for (int i = threadIdx.x; i < p.num_counters; i += blockDim.x) p.counters[i] = 0;
   const ExpertWork work = expert_work<kInline, kE>(p.route, slot, route_sh);
   if (slot >= work.num_active) return;
-  moe_decode_fc1_work<kNvfp4, kAct, kLimit, kBias, kH, kI, kWarps, kNT, kDepth, kPrefetchX>(p, work, slab);
+  moe_decode_fc1_work<kNvfp4, kAct, kLimit, kBias, kH, kI, kWarps, kNT, kCols, kDepth, kPrefetchX>(p, work, slab);
 }
 
 // One CTA per (slab, slot) item.
-template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kDepth, bool kInline, bool kPrefetchX>
+template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kCols, int kDepth, bool kInline, bool kPrefetchX>
 __device__ void moe_decode_fc1(const DecodeFc1Params& p) {
   // Let FC2 start its weight prefetch as soon as every FC1 CTA is resident.
   pdl_launch_dependents();
-  moe_decode_fc1_item<kNvfp4, kAct, kLimit, kBias, kE, kH, kI, kWarps, kNT, kDepth, kInline, kPrefetchX>(
+  moe_decode_fc1_item<kNvfp4, kAct, kLimit, kBias, kE, kH, kI, kWarps, kNT, kCols, kDepth, kInline, kPrefetchX>(
       p, blockIdx.x, blockIdx.y);
 }
 
 // Few pairs (inline routing), grids of several waves: one wave of CTAs, each routes once (every slot
 // at once) and walks items blockIdx.x, blockIdx.x + gridDim.x, ... (item = slot * I/16 + slab), so
 // later items pay neither a CTA launch nor a routing round trip. decode_fc1_loop keys.
-template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kDepth, bool kInline, bool kPrefetchX>
+template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kCols, int kDepth, bool kInline, bool kPrefetchX>
 __device__ void moe_decode_fc1_loop(const DecodeFc1Params& p) {
   static_assert(kInline, "decode_fc1_loop routes inline");
   constexpr int kSlabs = kI / 16;
@@ -97,6 +103,6 @@ __device__ void moe_decode_fc1_loop(const DecodeFc1Params& p) {
     const int slot = item / kSlabs, slab = item % kSlabs;
     const int first = route.offset[slot];
     const ExpertWork work{route.num_active, route.expert[slot], route.offset[slot + 1] - first, route.pair + first};
-    moe_decode_fc1_work<kNvfp4, kAct, kLimit, kBias, kH, kI, kWarps, kNT, kDepth, kPrefetchX>(p, work, slab);
+    moe_decode_fc1_work<kNvfp4, kAct, kLimit, kBias, kH, kI, kWarps, kNT, kCols, kDepth, kPrefetchX>(p, work, slab);
   }
 }

@@ -23,7 +23,7 @@ struct DecodeFc2Params {
   RoutingArgs route;
 };
 
-template <bool kNvfp4, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kDepth, bool kInline, bool kPrefetchX>
+template <bool kNvfp4, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kCols, int kDepth, bool kInline, bool kPrefetchX>
 __device__ void moe_decode_fc2_item(const DecodeFc2Params& p, int slab, int slot) {
   constexpr int kChunks = (kI + 63) / 64;
   constexpr int kSlabs = kH / 16;
@@ -43,12 +43,12 @@ __device__ void moe_decode_fc2_item(const DecodeFc2Params& p, int slab, int slot
     const int e = work.expert, count = work.count;
     const SlabOperands ops = slab_operands<kNvfp4, kChunks, 1, kSlabs>(p.w, p.s, p.gscale, e, slab);
     const float gs = ops.gs;
-    for (int pass = 0; pass < count; pass += 8 * kNT) {
+    for (int pass = 0; pass < count; pass += kCols * kNT) {
       const u16* rows[kNT];
-      const int live = pass_rows<kNT>(pass, count, [&](int t) { return p.act + (size_t)work.pairs[t] * kI; }, rows);
+      const int live = pass_rows<kNT, kCols>(pass, count, [&](int t) { return p.act + (size_t)work.pairs[t] * kI; }, rows);
       float acc[kNT][1][4];
       // The first pass waits for FC1 after issuing its first weight loads.
-      slab_mma<kNvfp4, kI, 1, kWarps, kNT, kDepth, false, kPrefetchX>(ops.w, ops.s, rows, live, acc, !waited, warp);
+      slab_mma<kNvfp4, kI, 1, kWarps, kNT, kCols, kDepth, false, kPrefetchX>(ops.w, ops.s, rows, live, acc, !waited, warp);
       waited = true;
       reduce_over_warps<1, kWarps, kNT>(acc, red);
       if (warp == 0) {
@@ -56,8 +56,8 @@ __device__ void moe_decode_fc2_item(const DecodeFc2Params& p, int slab, int slot
         for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            const int t = pass + nt * 8 + 2 * c4 + (i & 1);
-            if (nt < live && t < count) {
+            const int t = pass_pair<kCols>(pass, nt, c4, i);
+            if (nt < live && t >= 0 && t < count) {
               const int row = slab * 16 + g + (i >> 1) * 8;
               const int q = work.pairs[t];
               float y = acc[nt][0][i] * gs;
@@ -93,7 +93,7 @@ __device__ void moe_decode_fc2_item(const DecodeFc2Params& p, int slab, int slot
 }
 
 // One CTA per (slab, slot) item.
-template <bool kNvfp4, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kDepth, bool kInline, bool kPrefetchX>
+template <bool kNvfp4, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kCols, int kDepth, bool kInline, bool kPrefetchX>
 __device__ void moe_decode_fc2(const DecodeFc2Params& p) {
-  moe_decode_fc2_item<kNvfp4, kBias, kE, kH, kI, kWarps, kNT, kDepth, kInline, kPrefetchX>(p, blockIdx.x, blockIdx.y);
+  moe_decode_fc2_item<kNvfp4, kBias, kE, kH, kI, kWarps, kNT, kCols, kDepth, kInline, kPrefetchX>(p, blockIdx.x, blockIdx.y);
 }

@@ -10,7 +10,7 @@
 #include "moe_decode_fc2.cuh"
 #include "slab_mma.cuh"
 
-template <bool kNvfp4, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kDepth, int kParts, bool kPrefetchX>
+template <bool kNvfp4, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kCols, int kDepth, int kParts, bool kPrefetchX>
 __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
   constexpr int kChunks = (kI + 63) / 64;
   constexpr int kSlabs = kH / 16;
@@ -26,20 +26,20 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
     const int e = route.expert[slot];
     const int first = route.offset[slot], count = route.offset[slot + 1] - first;
     const SlabOperands ops = slab_operands<kNvfp4, kChunks, 1, kSlabs>(p.w, p.s, p.gscale, e, slab);
-    for (int pass = 0; pass < count; pass += 8 * kNT) {
+    for (int pass = 0; pass < count; pass += kCols * kNT) {
       const u16* rows[kNT];
       const int live =
-          pass_rows<kNT>(pass, count, [&](int t) { return p.act + (size_t)route.pair[first + t] * kI; }, rows);
+          pass_rows<kNT, kCols>(pass, count, [&](int t) { return p.act + (size_t)route.pair[first + t] * kI; }, rows);
       float acc[kNT][1][4];
       // The warp's first unit waits for FC1 after issuing its first weight loads.
-      slab_mma<kNvfp4, kI, 1, kParts, kNT, kDepth, false, kPrefetchX>(ops.w, ops.s, rows, live, acc, !waited, part);
+      slab_mma<kNvfp4, kI, 1, kParts, kNT, kCols, kDepth, false, kPrefetchX>(ops.w, ops.s, rows, live, acc, !waited, part);
       waited = true;
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int t = pass + nt * 8 + 2 * c4 + (i & 1);
-          if (nt < live && t < count) red[(route.pair[first + t] * kParts + part) * 16 + g + (i >> 1) * 8] = acc[nt][0][i];
+          const int t = pass_pair<kCols>(pass, nt, c4, i);
+          if (nt < live && t >= 0 && t < count) red[(route.pair[first + t] * kParts + part) * 16 + g + (i >> 1) * 8] = acc[nt][0][i];
         }
     }
   }

@@ -5,6 +5,7 @@
 // warp of the CTA one part, FC2-sum gives each (expert, part) unit to one warp) and the partial sums
 // are reduced in a fixed part order, so results are bit-reproducible.
 #pragma once
+#include "bulk_copy.cuh"
 #include "fp4_decode.cuh"
 
 template <bool kNvfp4>
@@ -30,6 +31,58 @@ MOEJIT_DEVICE SlabOperands slab_operands(const u32x4* w, const u8* s, const floa
                       kNvfp4 ? gscale[e] * kAccScale : kAccScale};
 }
 
+// One 64-wide chunk of a slab: wc/sc are this lane's weight run and scale bytes of each matrix,
+// x_piece(nt, st) the lane's 8-byte activation piece of n-tile nt for k16 step st (multiplied by 2^64
+// here when kScaleB). Each scale block's MMA result is scaled by its block scale in fp32 (every lane of
+// a step shares the scale block) and added to acc, so weights go to the tensor cores as placed bits.
+template <bool kNvfp4, int kMats, int kNT, int kCols, bool kScaleB, typename XPiece>
+MOEJIT_DEVICE void chunk_mma(const u32x4 (&wc)[kMats], const u32x2 (&sc)[kMats], int live_tiles,
+                             float (&acc)[kNT][kMats][4], XPiece x_piece) {
+  constexpr int kStepsPerBlock = kNvfp4 ? 1 : 2;  // MXFP4 blocks span two k16 steps
+#pragma unroll
+  for (int st0 = 0; st0 < 4; st0 += kStepsPerBlock) {
+    float d[kMats][kNT][4];
+#pragma unroll
+    for (int m = 0; m < kMats; ++m)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) d[m][nt][i] = 0.f;
+#pragma unroll
+    for (int st = st0; st < st0 + kStepsPerBlock; ++st) {
+      u32x2 xv[kNT];
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        const u32x2 v = x_piece(nt, st);
+        xv[nt] = kScaleB ? u32x2{bf16x2_mul(v.x, kActScaleBf16x2), bf16x2_mul(v.y, kActScaleBf16x2)} : v;
+      }
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) {
+        const u32 word = st == 0 ? wc[m].x : st == 1 ? wc[m].y : st == 2 ? wc[m].z : wc[m].w;
+        u32 a[4];
+        fp4_decode_word(word, a);
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+          if (nt == 0 || nt < live_tiles) mma_bf16_16816(d[m][nt], a, xv[nt].x, xv[nt].y);
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < kMats; ++m) {
+      float sg, sg8;
+      block_scales<kNvfp4>(sc[m], st0 / kStepsPerBlock, sg, sg8);
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        acc[nt][m][0] = fmaf(d[m][nt][0], sg, acc[nt][m][0]);
+        acc[nt][m][2] = fmaf(d[m][nt][2], sg8, acc[nt][m][2]);
+        if (kCols == 8) {  // odd columns carry pairs only when every column does (pass_rows)
+          acc[nt][m][1] = fmaf(d[m][nt][1], sg, acc[nt][m][1]);
+          acc[nt][m][3] = fmaf(d[m][nt][3], sg8, acc[nt][m][3]);
+        }
+      }
+    }
+  }
+}
+
 // w: this slab's first 16-byte run for this lane (chunk 0, matrix 0); runs of chunk c, matrix m are at
 // w + (c * kMats + m) * 32. s: this slab's scale plane; b_rows[nt]: the bf16 row of the token that is
 // column (lane/4) of n-tile nt, or nullptr (column contributes zeros). kScaleB: the rows hold plain
@@ -40,7 +93,7 @@ MOEJIT_DEVICE SlabOperands slab_operands(const u32x4* w, const u8* s, const floa
 // each lane keeps kDepth * kMats 16-byte weight loads in flight. Each scale block's MMA result is
 // scaled by its block scale in fp32 (every lane of a step shares the scale block), so weights go to
 // the tensor cores as placed bits.
-template <bool kNvfp4, int kK, int kMats, int kParts, int kNT, int kDepth, bool kScaleB, bool kPrefetchX>
+template <bool kNvfp4, int kK, int kMats, int kParts, int kNT, int kCols, int kDepth, bool kScaleB, bool kPrefetchX>
 MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_rows)[kNT], int live_tiles,
                             float (&acc)[kNT][kMats][4], bool wait_primary_after_prefetch, int part) {
   using SG = ScaleGeometry<kNvfp4>;
@@ -48,7 +101,6 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   constexpr int kWStride = kParts * kMats * 32;               // u32x4 runs per step of a part
   constexpr int kSStride = kParts * kMats * SG::kBytesPerChunk;
   constexpr int kXStride = kParts * 64;                       // bf16 elements per step of a part
-  constexpr int kStepsPerBlock = kNvfp4 ? 1 : 2;              // MXFP4 blocks span two k16 steps
   const int lane = lane_id();
   const int g = lane >> 2;
   const int kofs = 4 * (lane & 3);
@@ -130,58 +182,19 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
       if (base + j >= my_chunks) break;
       issue((j + kDepth) % kRing);
       issue_x(kPrefetchX ? (j + 1) % kRing % kXRing : j);
-      const u32x4 (&wc)[kMats] = wq[j];
-      const u32x2 (&sc)[kMats] = sq[j];
-#pragma unroll
-      for (int st0 = 0; st0 < 4; st0 += kStepsPerBlock) {
-        float d[kMats][kNT][4];
-#pragma unroll
-        for (int m = 0; m < kMats; ++m)
-#pragma unroll
-          for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) d[m][nt][i] = 0.f;
-#pragma unroll
-        for (int st = st0; st < st0 + kStepsPerBlock; ++st) {
-          u32x2 xv[kNT];
-#pragma unroll
-          for (int nt = 0; nt < kNT; ++nt) {
-            // Without the ring each step loads its own piece right here (fewer live registers).
-            const u32x2 v = kPrefetchX ? xq[j % kXRing][nt][st]
-                            : x_live[nt] && (kK % 64 == 0 || kx - kXStride + 16 * st < kK)
-                                ? ld_nc_8(xp[nt] - kXStride + 16 * st)
-                                : u32x2{0u, 0u};
-            xv[nt] = kScaleB ? u32x2{bf16x2_mul(v.x, kActScaleBf16x2), bf16x2_mul(v.y, kActScaleBf16x2)} : v;
-          }
-#pragma unroll
-          for (int m = 0; m < kMats; ++m) {
-            const u32 word = st == 0 ? wc[m].x : st == 1 ? wc[m].y : st == 2 ? wc[m].z : wc[m].w;
-            u32 a[4];
-            fp4_decode_word(word, a);
-#pragma unroll
-            for (int nt = 0; nt < kNT; ++nt)
-              if (nt == 0 || nt < live_tiles) mma_bf16_16816(d[m][nt], a, xv[nt].x, xv[nt].y);
-          }
-        }
-#pragma unroll
-        for (int m = 0; m < kMats; ++m) {
-          float sg, sg8;
-          block_scales<kNvfp4>(sc[m], st0 / kStepsPerBlock, sg, sg8);
-#pragma unroll
-          for (int nt = 0; nt < kNT; ++nt) {
-            acc[nt][m][0] = fmaf(d[m][nt][0], sg, acc[nt][m][0]);
-            acc[nt][m][1] = fmaf(d[m][nt][1], sg, acc[nt][m][1]);
-            acc[nt][m][2] = fmaf(d[m][nt][2], sg8, acc[nt][m][2]);
-            acc[nt][m][3] = fmaf(d[m][nt][3], sg8, acc[nt][m][3]);
-          }
-        }
-      }
+      chunk_mma<kNvfp4, kMats, kNT, kCols, kScaleB>(wq[j], sq[j], live_tiles, acc, [&](int nt, int st) {
+        // Without the ring each step loads its own piece right here (fewer live registers).
+        return kPrefetchX ? xq[j % kXRing][nt][st]
+               : x_live[nt] && (kK % 64 == 0 || kx - kXStride + 16 * st < kK) ? ld_nc_8(xp[nt] - kXStride + 16 * st)
+                                                                               : u32x2{0u, 0u};
+      });
     }
   }
 }
 
-// Sums acc over the CTA's warps in warp order into warp 0's registers (other warps' acc is left
-// undefined). red must hold kWarps * kNT * kMats * 4 * 32 floats.
+// Sums acc over the CTA's first kWarps warps in warp order into warp 0's registers (other warps' acc is
+// left undefined; warps beyond kWarps, such as a producer warp, do not take part). red must hold
+// kWarps * kNT * kMats * 4 * 32 floats.
 template <int kMats, int kWarps, int kNT>
 MOEJIT_DEVICE void reduce_over_warps(float (&acc)[kNT][kMats][4], float* red) {
   if (kWarps == 1) return;
@@ -194,7 +207,7 @@ MOEJIT_DEVICE void reduce_over_warps(float (&acc)[kNT][kMats][4], float* red) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) red[(((warp * kNT + nt) * kMats + m) * 4 + i) * 32 + lane] = acc[nt][m][i];
   }
-  __syncthreads();
+  sync_first_threads<kWarps * 32>();
   if (warp == 0) {
     for (int w = 1; w < kWarps; ++w)
 #pragma unroll

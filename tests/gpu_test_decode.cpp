@@ -130,8 +130,8 @@ TEST_CASE("decode family at real model geometries", "[gpu][models]") {
 }
 
 TEST_CASE("every FC1 x FC2 variant for few pairs matches the reference", "[gpu][variants]") {
-  // The planner picks decode_fc1 or decode_fc1_loop, and decode_fc2 or decode_fc2_sum, from the
-  // geometry; MOEJIT_DECODE_FC1 / _FC2 force each combination here. I = 2048 gives 128 FC1 slabs per
+  // The planner picks decode_fc1, decode_fc1_loop or decode_fc1_stream, and decode_fc2 or
+  // decode_fc2_sum, from the geometry; MOEJIT_DECODE_FC1 / _FC2 force each combination here. I = 2048 gives 128 FC1 slabs per
   // expert, so at M = 4 and 16 the loop's one wave walks several items per CTA.
   struct EnvGuard {
     ~EnvGuard() {
@@ -149,7 +149,7 @@ TEST_CASE("every FC1 x FC2 variant for few pairs matches the reference", "[gpu][
     spec.intermediate = 2048;
     HostLayer host = make_random_layer(spec, ++seed);
     auto layer = runtime().prepare(host);
-    for (const char* fc1 : {"grid", "loop"})
+    for (const char* fc1 : {"grid", "loop", "stream"})
       for (const char* fc2 : {"split", "sum"}) {
         ::setenv("MOEJIT_DECODE_FC1", fc1, 1);
         ::setenv("MOEJIT_DECODE_FC2", fc2, 1);
@@ -161,6 +161,102 @@ TEST_CASE("every FC1 x FC2 variant for few pairs matches the reference", "[gpu][
           CHECK(ag.cosine > kCosineTolerance);
         }
       }
+  }
+}
+
+TEST_CASE("pairs in even MMA columns only give the same bits as pairs in every column", "[gpu][variants][columns]") {
+  // columns = 4 moves pair t from column t to column 2t of its n-tile and skips the odd columns'
+  // block-scale FMAs; every column's sums are independent, so outputs must not change. The planner
+  // picks 4 at M <= 4; M = 9 and 16 force it where experts hold more than 4 pairs (several passes per
+  // slab), on every FC1 and FC2 variant.
+  struct EnvGuard {
+    ~EnvGuard() {
+      for (const char* v : {"MOEJIT_DECODE_FC1", "MOEJIT_DECODE_FC2", "MOEJIT_DECODE_COLUMNS"}) ::unsetenv(v);
+    }
+  } guard;
+  uint64_t seed = 8000;
+  for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4}) {
+    const bool oai = f == ScaleFormat::mxfp4;
+    LayerSpec spec = small_spec(f, oai ? Activation::swigluoai : Activation::silu, oai, oai);
+    spec.experts = 8;
+    spec.top_k = 4;
+    spec.hidden = 320;
+    spec.intermediate = 512;
+    HostLayer host = make_random_layer(spec, ++seed);
+    auto layer = runtime().prepare(host);
+    for (const char* fc1 : {"grid", "loop", "stream"})
+      for (const char* fc2 : {"split", "sum"})
+        for (int m : {1, 4, 9, 16}) {
+          INFO(fmt::format("{} FC1 {} FC2 {} M={}", to_string(f), fc1, fc2, m));
+          HostInputs in = make_random_inputs(spec, m, ++seed, true);
+          DeviceInputs d = upload_inputs(runtime(), *layer, in, m);
+          ::setenv("MOEJIT_DECODE_FC1", fc1, 1);
+          ::setenv("MOEJIT_DECODE_FC2", fc2, 1);
+          ::setenv("MOEJIT_DECODE_COLUMNS", "8", 1);
+          const auto all = run_poisoned(runtime(), *layer, d, m);
+          ::setenv("MOEJIT_DECODE_COLUMNS", "4", 1);
+          REQUIRE(runtime().plan(*layer, m).kernels.back().columns == 4);
+          const auto even = run_poisoned(runtime(), *layer, d, m);
+          CHECK(even == all);
+          Agreement ag = compare(to_float(even), reference_forward(host, in).out_f64);
+          CHECK(ag.nonfinite == 0);
+          CHECK(ag.rel_l2 < kRelL2Tolerance);
+        }
+  }
+}
+
+TEST_CASE("the streaming FC1 equals the register-fed loop bit for bit", "[gpu][variants][stream]") {
+  // decode_fc1_stream splits and sums a slab's chunks exactly like decode_fc1_loop with as many warps,
+  // so the outputs must be identical. Shapes: stages that end mid-slab (H = 2880: 45 chunks in stages of
+  // 16 and 8), a slab shorter than one stage (H = 256), one matrix (relu2), K not a multiple of 64
+  // (H = 96), several passes per slab (M = 16: up to 16 pairs per expert), and rings of 1-5 stages.
+  struct EnvGuard {
+    ~EnvGuard() {
+      for (const char* v : {"MOEJIT_DECODE_FC1", "MOEJIT_DECODE_FC2", "MOEJIT_DECODE_TILE_FC1"}) ::unsetenv(v);
+    }
+  } guard;
+  struct Shape {
+    ScaleFormat format;
+    Activation act;
+    int hidden, intermediate;
+    const char* stream_tile;  // w<warps>d<stages>p<chunks per warp and stage>
+    const char* loop_tile;    // the same warps, weights in registers
+  };
+  const Shape shapes[] = {
+      {ScaleFormat::mxfp4, Activation::swigluoai, 2880, 256, "w4d4p4", "w4d1"},
+      {ScaleFormat::nvfp4, Activation::silu, 2880, 256, "w8d3p1", "w8d1"},
+      {ScaleFormat::nvfp4, Activation::relu2, 256, 512, "w4d2p4", "w4d1"},
+      {ScaleFormat::mxfp4, Activation::gelu_tanh, 96, 160, "w2d1p1", "w2d1"},
+      {ScaleFormat::nvfp4, Activation::silu, 1024, 128, "w4d5p2", "w4d1"},
+  };
+  uint64_t seed = 7000;
+  for (const Shape& sh : shapes) {
+    const bool oai = sh.act == Activation::swigluoai;
+    LayerSpec spec = small_spec(sh.format, sh.act, oai, oai);
+    spec.experts = 16;
+    spec.top_k = 4;
+    spec.hidden = sh.hidden;
+    spec.intermediate = sh.intermediate;
+    HostLayer host = make_random_layer(spec, ++seed);
+    auto layer = runtime().prepare(host);
+    for (int m : {1, 3, 16}) {
+      INFO(fmt::format("{} {} H={} I={} stream {} M={}", to_string(sh.format), to_string(sh.act), sh.hidden,
+                       sh.intermediate, sh.stream_tile, m));
+      HostInputs in = make_random_inputs(spec, m, ++seed, true);
+      DeviceInputs d = upload_inputs(runtime(), *layer, in, m);
+      ::setenv("MOEJIT_DECODE_FC2", "sum", 1);
+      ::setenv("MOEJIT_DECODE_FC1", "loop", 1);
+      ::setenv("MOEJIT_DECODE_TILE_FC1", sh.loop_tile, 1);
+      const auto loop_out = run_poisoned(runtime(), *layer, d, m);
+      ::setenv("MOEJIT_DECODE_FC1", "stream", 1);
+      ::setenv("MOEJIT_DECODE_TILE_FC1", sh.stream_tile, 1);
+      REQUIRE(runtime().plan(*layer, m).kernels.front().kind == KernelKind::decode_fc1_stream);
+      const auto stream_out = run_poisoned(runtime(), *layer, d, m);
+      CHECK(stream_out == loop_out);
+      Agreement ag = compare(to_float(stream_out), reference_forward(host, in).out_f64);
+      CHECK(ag.nonfinite == 0);
+      CHECK(ag.rel_l2 < kRelL2Tolerance);
+    }
   }
 }
 

@@ -67,3 +67,25 @@ TEST_CASE("the cooperative single-launch variant compiles for both architectures
     if (arch == Arch::sm_90a) CHECK(out.spill_bytes <= kMaxSpillBytes);
   }
 }
+
+TEST_CASE("DeepSeek-V3's decode kernels (streaming FC1, even-column tiles) compile for both architectures",
+          "[compile]") {
+  // The default config plans no decode_fc1_stream: DeepSeek-V3 does at M = 2..8 (long slabs on several
+  // waves), in NVFP4 and MXFP4, with even-column tiles at M <= 4.
+  for (const char* name : {"deepseek-v3", "deepseek-v3-mxfp4"}) {
+    const ModelConfig cfg = load_model_config(name);
+    for (Arch arch : {Arch::sm_90a, Arch::sm_120a}) {
+      bool streams = false;
+      for (const auto& key : keys_for_range(cfg.local(), arch, 8, 132)) {
+        INFO("key " << key.str());
+        streams = streams || key.kind == KernelKind::decode_fc1_stream;
+        CompileOutput out;
+        REQUIRE_NOTHROW(out = compile_source(generate_source(key), arch));
+        CHECK(out.binary.size() > 0);
+        INFO("registers " << out.registers << ", spill bytes " << out.spill_bytes << "\n" << out.log);
+        if (arch == Arch::sm_90a) CHECK(out.spill_bytes <= kMaxSpillBytes);
+      }
+      CHECK(streams);
+    }
+  }
+}

@@ -42,7 +42,8 @@ std::vector<KernelKey> sample_keys() {
   std::vector<KernelKey> keys;
   for (Arch a : {Arch::sm_90a, Arch::sm_100a, Arch::sm_120a})
     for (KernelKind kind : {KernelKind::prepare, KernelKind::route, KernelKind::decode_fc1, KernelKind::decode_fc2,
-                            KernelKind::decode_fused, KernelKind::decode_fc2_sum, KernelKind::decode_fc1_loop})
+                            KernelKind::decode_fused, KernelKind::decode_fc2_sum, KernelKind::decode_fc1_loop,
+                            KernelKind::decode_fc1_stream})
       for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4})
         for (Activation act : {Activation::silu, Activation::gelu_tanh, Activation::relu2, Activation::swigluoai})
           for (int variant = 0; variant < 4; ++variant) {
@@ -60,8 +61,10 @@ std::vector<KernelKey> sample_keys() {
             k.min_blocks = variant * 2;
             k.bias = variant & 1;
             k.limit = (variant & 2) != 0;
-            k.parts = 1 + variant;  // decode_fc2_sum only; normalization resets it elsewhere
-            k.inline_route = variant == 3 || kind == KernelKind::decode_fc2_sum || kind == KernelKind::decode_fc1_loop;
+            k.parts = 1 + variant;  // decode_fc2_sum and decode_fc1_stream only; normalization resets it elsewhere
+            k.columns = variant % 2 ? 4 : 8;
+            k.inline_route = variant == 3 || kind == KernelKind::decode_fc2_sum || kind == KernelKind::decode_fc1_loop ||
+                             kind == KernelKind::decode_fc1_stream;
             keys.push_back(k.normalized());
           }
   return keys;
@@ -135,6 +138,20 @@ TEST_CASE("normalization resets fields a kind ignores and rejects impossible key
   CHECK_THROWS_WITH(k.normalized(), Catch::Contains("routes inline only"));
   k.inline_route = true;
   CHECK(k.normalized().parts == 1);
+
+  // The streaming FC1 keeps its chunks per stage in parts, needs room for its producer warp, and
+  // columns are 8 or 4 (spelled c4 at the end of the tile).
+  k.kind = KernelKind::decode_fc1_stream;
+  k.parts = 4;
+  CHECK(k.normalized().parts == 4);
+  k.warps = 32;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("producer warp"));
+  k.warps = 4;
+  k.columns = 4;
+  CHECK(k.normalized().str().find("w4n1d1o0p4c4") != std::string::npos);
+  CHECK(KernelKey::parse(k.normalized().str()) == k.normalized());
+  k.columns = 2;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("columns must be 8"));
 }
 
 TEST_CASE("malformed key strings are rejected with the field named", "[keys]") {
@@ -234,12 +251,23 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK(g1.kernels[1].parts == 4);
   CHECK(g1.launch == DecodeLaunch::pdl);
   // gpt-oss M=4: ~15 experts x 180 slabs = 2700 FC1 CTAs of 12-chunk warps: one wave of 8 CTAs per
-  // SM walks the items. DeepSeek M=4 keeps its grid (28 chunks per warp).
+  // SM walks the items. DeepSeek M=4 (28 chunks per warp) streams its weights through shared memory
+  // (3 stages of 16 chunks, 3 CTAs per SM); its M=1 grid is one wave and stays a grid. M <= 4 puts
+  // pairs in even MMA columns only, in FC2 always and in FC1 for MXFP4.
   const Plan g4 = make_plan(s, Arch::sm_90a, 4, 132);
   CHECK(g4.kernels[0].kind == KernelKind::decode_fc1_loop);
   CHECK(g4.kernels[0].warps == 4);
   CHECK(g4.kernels[0].min_blocks == 8);
-  CHECK(make_plan(ds, Arch::sm_90a, 4, 132).kernels[0].kind == KernelKind::decode_fc1);
+  const Plan d4 = make_plan(ds, Arch::sm_90a, 4, 132);
+  CHECK(d4.kernels[0].kind == KernelKind::decode_fc1_stream);
+  CHECK(d4.kernels[0].str().find(":w4n1d3o3p4:") != std::string::npos);
+  CHECK(decode_dynamic_smem(d4.kernels[0]) == 128 + 3 * 16 * 2 * (512 + 64));
+  CHECK(kernel_threads(d4.kernels[0]) == 160);
+  CHECK(d4.kernels[0].columns == 8);  // NVFP4 FC1
+  CHECK(d4.kernels[1].columns == 4);
+  CHECK(make_plan(ds, Arch::sm_90a, 1, 132).kernels[0].kind == KernelKind::decode_fc1);
+  CHECK(g4.kernels[0].columns == 4);  // MXFP4 FC1
+  CHECK(make_plan(s, Arch::sm_90a, 5, 132).kernels[1].columns == 8);
   ::setenv("MOEJIT_DECODE_FC1", "grid", 1);
   ::setenv("MOEJIT_DECODE_FC2", "split", 1);
   const Plan g4_grid = make_plan(s, Arch::sm_90a, 4, 132);
@@ -251,7 +279,7 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("split or sum"));
   ::unsetenv("MOEJIT_DECODE_FC2");
   ::setenv("MOEJIT_DECODE_FC1", "maybe", 1);
-  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("grid or loop"));
+  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("grid, loop or stream"));
   ::unsetenv("MOEJIT_DECODE_FC1");
   ::unsetenv("MOEJIT_DECODE_FC2");
   CHECK(g4_grid.kernels[0].kind == KernelKind::decode_fc1);

@@ -23,6 +23,16 @@ GeneratedSource generate_source(const KernelKey& key);
 // CTAs per SM a decode kernel's register cap is built for (__launch_bounds__' second argument): the
 // key's min_blocks, else at least 512 resident threads per SM (1 for wide token tiles).
 int decode_ctas_per_sm(const KernelKey& key);
+// Threads per CTA of a key's kernel (decode_fc1_stream: its warps plus the producer warp).
+int kernel_threads(const KernelKey& key);
+// Dynamic shared memory a key's kernel is launched with: decode_fc1_stream's ring of depth stages,
+// each warps x parts chunks of weights and scales, after its barriers (templates/moe_decode_fc1_stream.cuh);
+// 0 for every other kind.
+int decode_dynamic_smem(const KernelKey& key);
+// The most dynamic shared memory a CTA may use on the architectures moejit builds for (227 KiB).
+inline constexpr int kMaxDynamicSmem = 227 * 1024;
+// sizeof(InlineRouteList) in templates/inline_route.cuh (checked there by a static_assert).
+inline constexpr int kInlineRouteListBytes = 1544;
 
 // `moejit bench`'s read floor: a kernel (no key, never cached) that only streams n16 x 16 contiguous
 // bytes, moejit_read_floor(const char* p, unsigned long long n16, unsigned* sink), 512 threads per CTA.

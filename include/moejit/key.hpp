@@ -12,9 +12,12 @@ namespace moejit {
 // Kernel kinds. prepare repacks logical weights into the kernels' layout. The decode family is route + decode_fc1 + decode_fc2 (tensor-core MMA with FP4 decoded
 // in registers, tokens on the narrow N side of the MMA); decode_fc2_sum replaces decode_fc2 for few
 // pairs (one CTA per output slab sums the top-k experts itself), decode_fc1_loop replaces decode_fc1
-// for few pairs on grids of several waves (one wave of CTAs walks the items); decode_fused is FC1 and FC2 in one
-// cooperative launch with a grid barrier (MOEJIT_DECODE_LAUNCH=cooperative, for comparison).
-enum class KernelKind { prepare, route, decode_fc1, decode_fc2, decode_fused, decode_fc2_sum, decode_fc1_loop };
+// for few pairs on grids of several waves (one wave of CTAs walks the items), decode_fc1_stream is that loop
+// with the weights streamed through shared memory by a producer warp (depth = stages of the ring, parts =
+// chunks per consumer warp and stage); decode_fused is FC1 and FC2 in one cooperative launch with a grid
+// barrier (MOEJIT_DECODE_LAUNCH=cooperative, for comparison).
+enum class KernelKind { prepare, route, decode_fc1, decode_fc2, decode_fused, decode_fc2_sum, decode_fc1_loop,
+                        decode_fc1_stream };
 std::string_view to_string(KernelKind k);
 KernelKind parse_kernel_kind(std::string_view s);
 
@@ -31,13 +34,18 @@ struct KernelKey {
   int ntiles = 1;    // 8-token MMA column tiles held in registers per pass over the weights
   int depth = 1;     // 64-wide K chunks each warp keeps in flight ahead of the one it computes
   int min_blocks = 0;  // CTAs per SM the register allocation must allow (0: the generator's rule)
-  int parts = 1;     // decode_fc2_sum: K parts per expert, each a unit of work for one warp (1 elsewhere)
+  int parts = 1;     // decode_fc2_sum: K parts per expert, each a unit of work for one warp; decode_fc1_stream:
+                     // chunks per consumer warp in a stage (1 elsewhere)
+  // Decode kernels: MMA columns per n-tile that carry a pair, 8, or 4 (even columns only: half the
+  // block-scale FMAs, a pass covers 4 pairs per n-tile; planned where no expert serves more than 4 pairs).
+  int columns = 8;
   bool bias = false;
   bool limit = false;
   bool inline_route = false;  // decode kernels route inside each CTA (M*K <= 64, E <= 1024): no route launch
 
   // Canonical string, e.g. "decode_fc1:sm_90a:mxfp4:swigluoai:a16:E128:H2880:I2880:w4n1d2o0:b1:l1:i0"
-  // (the tile ends in p<parts> when parts != 1: "w8n1d8o2p2").
+  // (the tile ends in p<parts> when parts != 1: "w8n1d8o2p2", then in c<columns> when columns != 8:
+  // "w4n1d1o8c4").
   std::string str() const;
   // Parses str() output back; throws moejit::Error naming the bad field.
   static KernelKey parse(std::string_view s);

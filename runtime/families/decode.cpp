@@ -84,12 +84,13 @@ void launch_decode(const ForwardContext& ctx, const KernelKey& fc1_key, const Ke
   const unsigned slots = slot_capacity(ctx);
   DecodeFc1Params p1 = fc1_params(ctx);
   LaunchShape s1{static_cast<unsigned>(spec.intermediate / 16), slots, 1, static_cast<unsigned>(fc1_key.warps * 32), 0};
-  if (fc1_key.kind == KernelKind::decode_fc1_loop) {
-    // One wave walks the (slab, slot) items: as many CTAs as the register cap keeps resident, at
-    // most one per item.
+  if (fc1_key.kind == KernelKind::decode_fc1_loop || fc1_key.kind == KernelKind::decode_fc1_stream) {
+    // One wave walks the (slab, slot) items: as many CTAs as the register cap (and a streaming
+    // kernel's ring) keeps resident, at most one per item.
     const unsigned items = static_cast<unsigned>(spec.intermediate / 16) * slots;
     const unsigned wave = static_cast<unsigned>(ctx.sm_count * decode_ctas_per_sm(fc1_key));
-    s1 = LaunchShape{std::min(items, wave), 1, 1, static_cast<unsigned>(fc1_key.warps * 32), 0};
+    s1 = LaunchShape{std::min(items, wave), 1, 1, static_cast<unsigned>(kernel_threads(fc1_key)),
+                     static_cast<unsigned>(decode_dynamic_smem(fc1_key))};
   }
   launch(ctx.modules.function(fc1_key, ctx.stream), s1, ctx.stream, &p1);
 

@@ -1,0 +1,78 @@
+// Device-only wrappers for the Hopper asynchronous copy engine as inline PTX (NVRTC has no
+// cuda::barrier without the CUDA headers): shared-memory mbarriers, bulk global -> shared copies that
+// signal one, and plain shared-memory loads by 32-bit shared address.
+#pragma once
+#include "device_core.cuh"
+
+// The 32-bit shared-window address of a pointer into this CTA's shared memory.
+MOEJIT_DEVICE u32 shared_address(const void* p) {
+  u32 a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+MOEJIT_DEVICE void mbarrier_init(u32 bar, u32 arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
+}
+// Makes initialized barriers visible to the async proxy (the copy engine); a CTA barrier must follow
+// before other threads use them.
+MOEJIT_DEVICE void mbarrier_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+// One arrival that also announces `bytes` of copies that will complete on the barrier.
+MOEJIT_DEVICE void mbarrier_arrive_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+// One arrival (release: this thread's earlier shared-memory reads are done before it counts).
+MOEJIT_DEVICE void mbarrier_arrive(u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// Blocks until the barrier's phase with the given parity has completed.
+MOEJIT_DEVICE void mbarrier_wait(u32 bar, u32 parity) {
+  u32 done;
+  do {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// An L2 policy for data read exactly once: evict it first, so it does not push out what is reused.
+MOEJIT_DEVICE u64 l2_evict_first_policy() {
+  u64 p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory; the
+// copy completes `bytes` of the barrier's expected transactions.
+MOEJIT_DEVICE void bulk_copy_to_shared(u32 dst, const void* src, u32 bytes, u32 bar, u64 policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
+}
+
+// Shared-memory loads by shared address (volatile: they must stay after the barrier wait that made
+// the data visible).
+MOEJIT_DEVICE u32x4 ld_shared_16(u32 a) {
+  u32x4 v;
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+  return v;
+}
+MOEJIT_DEVICE u32x2 ld_shared_8(u32 a) {
+  u32x2 v;
+  asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
+  return v;
+}
+MOEJIT_DEVICE u32 ld_shared_4(u32 a) {
+  u32 v;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+  return v;
+}
+
+// A barrier for the first `threads` threads of the CTA only (named barrier 1), so that a producer warp
+// outside them never has to join.
+template <int kThreads>
+MOEJIT_DEVICE void sync_first_threads() {
+  asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory");
+}
