@@ -115,7 +115,7 @@ GeneratedSource generate_source(const KernelKey& raw) {
       const int mats = key.activation == Activation::relu2 ? 1 : 2;
       out.source = header + fmt::format(
           "#include \"moe_decode_fc1_stream.cuh\"\n"
-          "static_assert(Fc1StreamRing<{2}, {13}, {9}, {11}, {12}>::kBytes == {14}, \"host and device ring sizes differ\");\n"
+          "static_assert(SlabStreamRing<{2}, {13}, {9}, {11}, {12}>::kBytes == {14}, \"host and device ring sizes differ\");\n"
           "extern \"C\" __global__ void __launch_bounds__({0}, {15}) {1}(const DecodeFc1Params p) {{\n"
           "  moe_decode_fc1_stream<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {16}, {11}, {12}>(p);\n}}\n",
           threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), act_code(key.activation),
