@@ -294,6 +294,32 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   // A 3-expert toy layer: a grid small enough for 8-warp FC1 CTAs.
   CHECK(make_plan(tiny_layer(), Arch::sm_90a, 1, 132).kernels[0].warps == 8);
 
+  // Tile overrides: fields w, d, o, p, c in that order; a streaming FC1 sizes its CTAs per SM from
+  // shared memory when o is absent; columns are 8 or 4, and MOEJIT_DECODE_COLUMNS sets both kernels.
+  ::setenv("MOEJIT_DECODE_FC1", "stream", 1);
+  ::setenv("MOEJIT_DECODE_TILE_FC1", "w8d3p2c4", 1);
+  const KernelKey st = make_plan(ds, Arch::sm_90a, 2, 132).kernels[0];
+  CHECK(st.kind == KernelKind::decode_fc1_stream);
+  CHECK(st.warps == 8);
+  CHECK(st.depth == 3);
+  CHECK(st.parts == 2);
+  CHECK(st.columns == 4);
+  CHECK(decode_ctas_per_sm(st) == 3);
+  CHECK(kernel_threads(st) == 288);
+  for (const char* bad : {"w4d1c3", "w4p2d1", "w4d1o2x", "d1w4"}) {
+    ::setenv("MOEJIT_DECODE_TILE_FC1", bad, 1);
+    CHECK_THROWS_WITH(make_plan(ds, Arch::sm_90a, 2, 132), Catch::Contains("must look like"));
+  }
+  ::unsetenv("MOEJIT_DECODE_TILE_FC1");
+  ::unsetenv("MOEJIT_DECODE_FC1");
+  ::setenv("MOEJIT_DECODE_COLUMNS", "8", 1);
+  CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[1].columns == 8);
+  ::setenv("MOEJIT_DECODE_COLUMNS", "4", 1);
+  CHECK(make_plan(ds, Arch::sm_90a, 16, 132).kernels[1].columns == 4);
+  ::setenv("MOEJIT_DECODE_COLUMNS", "6", 1);
+  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("must be 8 or 4"));
+  ::unsetenv("MOEJIT_DECODE_COLUMNS");
+
   ::setenv("MOEJIT_DECODE_LAUNCH", "cooperative", 1);
   const Plan coop = make_plan(s, Arch::sm_90a, 1, 132);
   const Plan coop_routed = make_plan(s, Arch::sm_90a, 32, 132);
