@@ -205,14 +205,19 @@ void choose_fc1_stream_tile(KernelKey& k) {
 
 // MMA columns per n-tile that carry a pair (KernelKey::columns): 4 where no expert has more than 4 pairs
 // (M <= 4, each token routing to distinct experts: one pass over the weights either way, and half the
-// block-scale FMAs), else 8. NVFP4's FC1 keeps 8: with 4, ptxas sinks the next chunk's weight loads
-// below the current chunk's MMAs in its loop and the loads wait (Nsight Compute, DeepSeek M = 4:
-// long-scoreboard stalls per instruction 2.6 -> 5.0, FC1 154.6 -> 172.8 us, while FC2-sum gains
-// 88.5 -> 83.7); MXFP4's FC1 gains (gpt-oss M = 1/4 26.1/73.4 -> 24.8/72.2 us, DeepSeek-V3 MXFP4
-// 59.4/219.8 -> 58.5/216.7). MOEJIT_DECODE_COLUMNS=8|4 sets both kernels, for comparisons and tests.
-int decode_columns(int tokens, bool fc1, ScaleFormat format) {
+// block-scale FMAs), else 8. NVFP4's register-fed FC1 keeps 8: with 4 it measured slower (Nsight
+// Compute, DeepSeek M = 4: long-scoreboard stalls per instruction 2.6 -> 5.0, FC1 154.6 -> 172.8 us,
+// while FC2-sum gains 88.5 -> 83.7; at M = 1 ptxas sinks the next chunk's weight loads below the
+// current chunk's MMAs). MXFP4's FC1 gains (gpt-oss M = 1/4 26.1/73.4 -> 24.8/72.2 us, DeepSeek-V3
+// MXFP4 59.4/219.8 -> 58.5/216.7), and so does the streaming FC1 in both formats (DeepSeek-V3 M = 2/4,
+// two runs: NVFP4 117.9/225.9, 118.4/227.1 -> 114.7/219.2, 114.4/218.7; MXFP4 110.6/211.2,
+// 110.7/211.2 -> 107.3/205.2, 107.6/204.9). MOEJIT_DECODE_COLUMNS=8|4 sets both kernels, for
+// comparisons and tests.
+int decode_columns(int tokens, const KernelKey& k) {
   const char* env = std::getenv("MOEJIT_DECODE_COLUMNS");
-  if (!env || !*env) return tokens <= 4 && (!fc1 || format == ScaleFormat::mxfp4) ? 4 : 8;
+  const bool nvfp4_register_fc1 = k.format == ScaleFormat::nvfp4 &&
+                                  (k.kind == KernelKind::decode_fc1 || k.kind == KernelKind::decode_fc1_loop);
+  if (!env || !*env) return tokens <= 4 && !nvfp4_register_fc1 ? 4 : 8;
   const std::string_view v(env);
   if (v == "8") return 8;
   if (v == "4") return 4;
@@ -305,8 +310,8 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
       choose_fc1_stream_tile(fc1);
     }
   }
-  fc1.columns = decode_columns(tokens, /*fc1=*/true, spec.format);
-  fc2.columns = decode_columns(tokens, /*fc1=*/false, spec.format);
+  fc1.columns = decode_columns(tokens, fc1);
+  fc2.columns = decode_columns(tokens, fc2);
   apply_tuning_overrides(fc1, "MOEJIT_DECODE_TILE_FC1");
   apply_tuning_overrides(fc2, "MOEJIT_DECODE_TILE_FC2");
   if (plan.launch == DecodeLaunch::cooperative) {

@@ -253,17 +253,18 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   // gpt-oss M=4: ~15 experts x 180 slabs = 2700 FC1 CTAs of 12-chunk warps: one wave of 8 CTAs per
   // SM walks the items. DeepSeek M=4 (28 chunks per warp) streams its weights through shared memory
   // (3 stages of 16 chunks, 3 CTAs per SM); its M=1 grid is one wave and stays a grid. M <= 4 puts
-  // pairs in even MMA columns only, in FC2 always and in FC1 for MXFP4.
+  // pairs in even MMA columns only, except in NVFP4's register-fed FC1.
   const Plan g4 = make_plan(s, Arch::sm_90a, 4, 132);
   CHECK(g4.kernels[0].kind == KernelKind::decode_fc1_loop);
   CHECK(g4.kernels[0].warps == 4);
   CHECK(g4.kernels[0].min_blocks == 8);
   const Plan d4 = make_plan(ds, Arch::sm_90a, 4, 132);
   CHECK(d4.kernels[0].kind == KernelKind::decode_fc1_stream);
-  CHECK(d4.kernels[0].str().find(":w4n1d3o3p4:") != std::string::npos);
+  CHECK(d4.kernels[0].str().find(":w4n1d3o3p4c4:") != std::string::npos);
   CHECK(decode_dynamic_smem(d4.kernels[0]) == 128 + 3 * 16 * 2 * (512 + 64));
   CHECK(kernel_threads(d4.kernels[0]) == 160);
-  CHECK(d4.kernels[0].columns == 8);  // NVFP4 FC1
+  CHECK(d4.kernels[0].columns == 4);  // streaming FC1, both formats
+  CHECK(make_plan(ds, Arch::sm_90a, 1, 132).kernels[0].columns == 8);  // NVFP4 register-fed FC1
   CHECK(d4.kernels[1].columns == 4);
   CHECK(make_plan(ds, Arch::sm_90a, 1, 132).kernels[0].kind == KernelKind::decode_fc1);
   CHECK(g4.kernels[0].columns == 4);  // MXFP4 FC1
