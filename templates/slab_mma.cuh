@@ -31,6 +31,17 @@ MOEJIT_DEVICE SlabOperands slab_operands(const u32x4* w, const u8* s, const floa
                       kNvfp4 ? gscale[e] * kAccScale : kAccScale};
 }
 
+// Zeroes a block of MMA accumulators (any two outer dimensions, 4 per lane and MMA).
+template <int kA, int kB>
+MOEJIT_DEVICE void zero_accumulators(float (&v)[kA][kB][4]) {
+#pragma unroll
+  for (int a = 0; a < kA; ++a)
+#pragma unroll
+    for (int b = 0; b < kB; ++b)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[a][b][i] = 0.f;
+}
+
 // One 64-wide chunk of a slab: wc/sc are this lane's weight run and scale bytes of each matrix,
 // x_piece(nt, st) the lane's 8-byte activation piece of n-tile nt for k16 step st (multiplied by 2^64
 // here when kScaleB). Each scale block's MMA result is scaled by its block scale in fp32 (every lane of
@@ -42,12 +53,7 @@ MOEJIT_DEVICE void chunk_mma(const u32x4 (&wc)[kMats], const u32x2 (&sc)[kMats],
 #pragma unroll
   for (int st0 = 0; st0 < 4; st0 += kStepsPerBlock) {
     float d[kMats][kNT][4];
-#pragma unroll
-    for (int m = 0; m < kMats; ++m)
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) d[m][nt][i] = 0.f;
+    zero_accumulators(d);
 #pragma unroll
     for (int st = st0; st < st0 + kStepsPerBlock; ++st) {
       u32x2 xv[kNT];
@@ -105,12 +111,7 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   const int g = lane >> 2;
   const int kofs = 4 * (lane & 3);
   const int my_chunks = part < kChunks ? (kChunks - 1 - part) / kParts + 1 : 0;
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-    for (int m = 0; m < kMats; ++m)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[nt][m][i] = 0.f;
+  zero_accumulators(acc);
 
   const u32x4* wp = w + part * kMats * 32;
   const u8* sp = s + part * kMats * SG::kBytesPerChunk + g * SG::kBytesPerLane;

@@ -66,12 +66,7 @@ struct SlabStreamRing {
     constexpr int kChunks = (kK + 63) / 64;
     constexpr int kStagesPerSlab = (kChunks + kStageChunks - 1) / kStageChunks;
     const int lane = lane_id(), g = lane >> 2, kofs = 4 * (lane & 3);
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-      for (int m = 0; m < kMats; ++m)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc[nt][m][i] = 0.f;
+    zero_accumulators(acc);
 #pragma unroll 1
     for (int st = 0; st < kStagesPerSlab; ++st, ++n) {
       const u32 idx = n % kStages;
