@@ -22,6 +22,8 @@ int act_code(Activation a) {
   return 0;
 }
 const char* cpp_bool(bool b) { return b ? "true" : "false"; }
+// Matrices per FC1 slab chunk: gate and up, or one for relu2.
+int fc1_mats(const KernelKey& key) { return key.activation == Activation::relu2 ? 1 : 2; }
 }  // namespace
 
 int kernel_threads(const KernelKey& key) {
@@ -31,10 +33,9 @@ int kernel_threads(const KernelKey& key) {
 int decode_dynamic_smem(const KernelKey& raw) {
   const KernelKey key = raw.normalized();
   if (key.kind != KernelKind::decode_fc1_stream) return 0;
-  const int mats = key.activation == Activation::relu2 ? 1 : 2;
   const int scale_bytes = key.format == ScaleFormat::nvfp4 ? 64 : 32;  // per chunk and matrix
   const int barriers = (2 * key.depth * 8 + 127) / 128 * 128;
-  return barriers + key.depth * key.warps * key.parts * mats * (512 + scale_bytes);
+  return barriers + key.depth * key.warps * key.parts * fc1_mats(key) * (512 + scale_bytes);
 }
 
 int decode_ctas_per_sm(const KernelKey& key) {
@@ -47,8 +48,7 @@ int decode_ctas_per_sm(const KernelKey& key) {
   if (key.kind == KernelKind::decode_fc1_stream) {
     // Shared memory per CTA: the ring, the static reduction buffer and routing list, and the 1 KiB the
     // driver reserves per CTA, out of 228 KiB per SM.
-    const int mats = key.activation == Activation::relu2 ? 1 : 2;
-    const int per_cta = decode_dynamic_smem(key) + key.warps * key.ntiles * mats * 4 * 32 * 4 +
+    const int per_cta = decode_dynamic_smem(key) + key.warps * key.ntiles * fc1_mats(key) * 4 * 32 * 4 +
                         kInlineRouteListBytes + 1024;
     ctas = std::max(1, std::min(2048 / threads, 228 * 1024 / per_cta));  // as many as fit
   }
@@ -112,7 +112,6 @@ GeneratedSource generate_source(const KernelKey& raw) {
       if (smem > kMaxDynamicSmem)
         throw Error(fmt::format("kernel key {}: the ring needs {} bytes of shared memory, more than {}", key.str(), smem,
                                 kMaxDynamicSmem));
-      const int mats = key.activation == Activation::relu2 ? 1 : 2;
       out.source = header + fmt::format(
           "#include \"moe_decode_fc1_stream.cuh\"\n"
           "static_assert(SlabStreamRing<{2}, {13}, {9}, {11}, {12}>::kBytes == {14}, \"host and device ring sizes differ\");\n"
@@ -120,7 +119,7 @@ GeneratedSource generate_source(const KernelKey& raw) {
           "  moe_decode_fc1_stream<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {16}, {11}, {12}>(p);\n}}\n",
           threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), act_code(key.activation),
           cpp_bool(key.limit), cpp_bool(key.bias), key.experts, key.hidden, key.intermediate, key.warps, key.ntiles,
-          key.depth, key.parts, mats, smem, min_blocks, key.columns);
+          key.depth, key.parts, fc1_mats(key), smem, min_blocks, key.columns);
       break;
     }
     case KernelKind::decode_fc2:
