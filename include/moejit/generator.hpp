@@ -23,11 +23,12 @@ GeneratedSource generate_source(const KernelKey& key);
 // CTAs per SM a decode kernel's register cap is built for (__launch_bounds__' second argument): the
 // key's min_blocks, else at least 512 resident threads per SM (1 for wide token tiles).
 int decode_ctas_per_sm(const KernelKey& key);
-// Threads per CTA of a key's kernel (decode_fc1_stream: its warps plus the producer warp).
+// Threads per CTA of a key's kernel (decode_fc1_stream: its warps plus the producer warp). Pure.
 int kernel_threads(const KernelKey& key);
-// Dynamic shared memory a key's kernel is launched with: decode_fc1_stream's ring of depth stages,
-// each warps x parts chunks of weights and scales, after its barriers (templates/moe_decode_fc1_stream.cuh);
-// 0 for every other kind.
+// Dynamic shared memory, in bytes, a key's kernel is launched with: decode_fc1_stream's ring of depth
+// stages, each warps x parts chunks of weights and scales, after its barriers
+// (templates/slab_stream.cuh); 0 for every other kind. Pure; throws moejit::Error for a key that
+// does not normalize.
 int decode_dynamic_smem(const KernelKey& key);
 // The most dynamic shared memory a CTA may use on the architectures moejit builds for (227 KiB).
 inline constexpr int kMaxDynamicSmem = 227 * 1024;
