@@ -74,3 +74,18 @@ MOEJIT_DEVICE int pass_pair(int pass, int nt, int c4, int i) {
   if (kCols == 8) return pass + nt * 8 + 2 * c4 + (i & 1);
   return (i & 1) ? -1 : pass + nt * 4 + c4;
 }
+
+// After a pass's MMAs: calls f(nt, i, t, r) for each of this lane's accumulators (n-tile nt, index i)
+// that holds a pair, t being the pair's index within the slot (< count) and r its row within the
+// 16-row slab. live: n-tiles holding a pair (pass_rows' result).
+template <int kNT, int kCols, typename F>
+MOEJIT_DEVICE void for_each_pass_result(int pass, int live, int count, F f) {
+  const int lane = lane_id(), g = lane >> 2, c4 = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int t = pass_pair<kCols>(pass, nt, c4, i);
+      if (nt < live && t >= 0 && t < count) f(nt, i, t, g + (i >> 1) * 8);
+    }
+}

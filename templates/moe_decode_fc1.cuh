@@ -24,25 +24,17 @@ struct DecodeFc1Params {
 template <int kAct, bool kLimit, bool kBias, int kI, int kMats, int kNT, int kCols>
 MOEJIT_DEVICE void fc1_store_pass(const DecodeFc1Params& p, const ExpertWork& work, int slab, int pass, int live,
                                   const float (&acc)[kNT][kMats][4], float gs) {
-  const int e = work.expert, count = work.count;
-  const int lane = lane_id(), g = lane >> 2, c4 = lane & 3;
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int t = pass_pair<kCols>(pass, nt, c4, i);
-      if (nt < live && t >= 0 && t < count) {
-        const int row = slab * 16 + g + (i >> 1) * 8;
-        float gate = acc[nt][0][i] * gs, up = kMats == 2 ? acc[nt][kMats - 1][i] * gs : 0.f;
-        if (kBias) {
-          gate += p.bias[((size_t)e * kMats) * kI + row];
-          if (kMats == 2) up += p.bias[((size_t)e * kMats + 1) * kI + row];
-        }
-        const float a = apply_activation<kAct, kLimit>(gate, up, p.alpha, p.beta, p.limit);
-        p.act[(size_t)work.pairs[t] * kI + row] = f32_to_bf16(a * kActScale);
-      }
+  const int e = work.expert;
+  for_each_pass_result<kNT, kCols>(pass, live, work.count, [&](int nt, int i, int t, int r) {
+    const int row = slab * 16 + r;
+    float gate = acc[nt][0][i] * gs, up = kMats == 2 ? acc[nt][kMats - 1][i] * gs : 0.f;
+    if (kBias) {
+      gate += p.bias[((size_t)e * kMats) * kI + row];
+      if (kMats == 2) up += p.bias[((size_t)e * kMats + 1) * kI + row];
     }
-  }
+    const float a = apply_activation<kAct, kLimit>(gate, up, p.alpha, p.beta, p.limit);
+    p.act[(size_t)work.pairs[t] * kI + row] = f32_to_bf16(a * kActScale);
+  });
 }
 
 // One (slab, expert) item whose routing is known: work.expert's rows slab*16.. for work's pairs.

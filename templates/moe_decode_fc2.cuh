@@ -36,7 +36,7 @@ __device__ void moe_decode_fc2_item(const DecodeFc2Params& p, int slab, int slot
   // With no routed pair at all, slot 0 still takes part so that out is written (with zeros).
   const int participants = work.num_active > 0 ? work.num_active : 1;
   if (slot >= participants) return;
-  const int lane = lane_id(), warp = threadIdx.x >> 5, g = lane >> 2, c4 = lane & 3;
+  const int warp = threadIdx.x >> 5;
   bool waited = false;
 
   if (slot < work.num_active) {
@@ -51,22 +51,14 @@ __device__ void moe_decode_fc2_item(const DecodeFc2Params& p, int slab, int slot
       slab_mma<kNvfp4, kI, 1, kWarps, kNT, kCols, kDepth, false, kPrefetchX>(ops.w, ops.s, rows, live, acc, !waited, warp);
       waited = true;
       reduce_over_warps<1, kWarps, kNT>(acc, red);
-      if (warp == 0) {
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int t = pass_pair<kCols>(pass, nt, c4, i);
-            if (nt < live && t >= 0 && t < count) {
-              const int row = slab * 16 + g + (i >> 1) * 8;
-              const int q = work.pairs[t];
-              float y = acc[nt][0][i] * gs;
-              if (kBias) y += p.bias[(size_t)e * kH + row];
-              p.partial[(size_t)q * kH + row] = p.topk_weights[q] * y;
-            }
-          }
-        }
-      }
+      if (warp == 0)
+        for_each_pass_result<kNT, kCols>(pass, live, count, [&](int nt, int i, int t, int r) {
+          const int row = slab * 16 + r;
+          const int q = work.pairs[t];
+          float y = acc[nt][0][i] * gs;
+          if (kBias) y += p.bias[(size_t)e * kH + row];
+          p.partial[(size_t)q * kH + row] = p.topk_weights[q] * y;
+        });
       __syncthreads();
     }
   }

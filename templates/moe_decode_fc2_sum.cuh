@@ -18,7 +18,7 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
   __shared__ InlineRouteList route;
   const int slab = blockIdx.x;
   inline_route_list<kE>(p.route.topk_ids, p.route.pairs, p.route.expert_begin, route);
-  const int lane = lane_id(), warp = threadIdx.x >> 5, g = lane >> 2, c4 = lane & 3;
+  const int warp = threadIdx.x >> 5;
   const int units = route.num_active * kParts;
   bool waited = false;
   for (int u = warp; u < units; u += kWarps) {
@@ -34,13 +34,9 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
       // The warp's first unit waits for FC1 after issuing its first weight loads.
       slab_mma<kNvfp4, kI, 1, kParts, kNT, kCols, kDepth, false, kPrefetchX>(ops.w, ops.s, rows, live, acc, !waited, part);
       waited = true;
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int t = pass_pair<kCols>(pass, nt, c4, i);
-          if (nt < live && t >= 0 && t < count) red[(route.pair[first + t] * kParts + part) * 16 + g + (i >> 1) * 8] = acc[nt][0][i];
-        }
+      for_each_pass_result<kNT, kCols>(pass, live, count, [&](int nt, int i, int t, int r) {
+        red[(route.pair[first + t] * kParts + part) * 16 + r] = acc[nt][0][i];
+      });
     }
   }
   // Warps without a unit still wait: the grid must not finish before FC1 has.
