@@ -71,6 +71,7 @@ GeneratedSource generate_source(const KernelKey& raw) {
   std::string header = fmt::format("// moejit generated kernel\n// key: {}\n", key.str());
   if (key.inline_route)
     header += fmt::format("#define MOEJIT_INLINE_ROUTE_MAX_PAIRS {}\n", kInlineRouteMaxPairs);
+  if (key.l2_ahead > 0) header += fmt::format("#define MOEJIT_L2_AHEAD_CHUNKS {}\n", key.l2_ahead);
   switch (key.kind) {
     case KernelKind::prepare:
       out.source = header + fmt::format(

@@ -36,7 +36,8 @@ KernelKind parse_kernel_kind(std::string_view s) {
 }
 
 std::string KernelKey::str() const {
-  const std::string p = (parts != 1 ? fmt::format("p{}", parts) : "") + (columns != 8 ? fmt::format("c{}", columns) : "");
+  const std::string p = (parts != 1 ? fmt::format("p{}", parts) : "") + (columns != 8 ? fmt::format("c{}", columns) : "") +
+                        (l2_ahead != 0 ? fmt::format("f{}", l2_ahead) : "");
   return fmt::format("{}:{}:{}:{}:{}:E{}:H{}:I{}:w{}n{}d{}o{}{}:b{}:l{}:i{}", to_string(kind), to_string(arch),
                      to_string(format), to_string(activation), to_string(precision), experts, hidden,
                      intermediate, warps, ntiles, depth, min_blocks, p, bias ? 1 : 0, limit ? 1 : 0,
@@ -87,6 +88,11 @@ KernelKey KernelKey::parse(std::string_view s) {
   k.hidden = parse_prefixed(p[6], 'H', "hidden", s);
   k.intermediate = parse_prefixed(p[7], 'I', "intermediate", s);
   auto tile = p[8];
+  const auto fpos = tile.find('f');
+  if (fpos != std::string_view::npos) {
+    k.l2_ahead = parse_int_field(tile.substr(fpos + 1), "l2_ahead", s);
+    tile = tile.substr(0, fpos);
+  }
   const auto cpos = tile.find('c');
   if (cpos != std::string_view::npos) {
     k.columns = parse_int_field(tile.substr(cpos + 1), "columns", s);
@@ -96,7 +102,8 @@ KernelKey KernelKey::parse(std::string_view s) {
   if (tile.empty() || tile[0] != 'w' || npos == std::string_view::npos || dpos == std::string_view::npos ||
       opos == std::string_view::npos || !(npos < dpos && dpos < opos) ||
       (ppos != std::string_view::npos && ppos < opos))
-    throw Error(fmt::format("kernel key '{}': tile field '{}' must look like w4n1d2o0 (or w8n1d8o2p2, w4n1d1o8c4)", s, p[8]));
+    throw Error(fmt::format("kernel key '{}': tile field '{}' must look like w4n1d2o0 (or w8n1d8o2p2, w4n1d1o8c4, w8n1d1o4c4f2)",
+                            s, p[8]));
   k.warps = parse_int_field(tile.substr(1, npos - 1), "warps", s);
   k.ntiles = parse_int_field(tile.substr(npos + 1, dpos - npos - 1), "ntiles", s);
   k.depth = parse_int_field(tile.substr(dpos + 1, opos - dpos - 1), "depth", s);
@@ -158,6 +165,11 @@ KernelKey KernelKey::normalized() const {
     throw Error(fmt::format("kernel key {}: the decode family computes in a16 only", str()));
   if (k.parts < 1 || k.parts > 8) throw Error(fmt::format("kernel key {}: parts must be in [1, 8]", str()));
   if (k.kind != KernelKind::decode_fc2_sum && k.kind != KernelKind::decode_fc1_stream) k.parts = 1;
+  if (k.l2_ahead < 0 || k.l2_ahead > 16)
+    throw Error(fmt::format("kernel key {}: l2_ahead must be in [0, 16] chunks", str()));
+  // Only the register-fed kernels walk a ring that can run ahead of (decode_fc1_stream copies whole
+  // stages into shared memory instead).
+  if (k.kind == KernelKind::decode_fc1_stream) k.l2_ahead = 0;
   if (k.columns != 8 && k.columns != 4)
     throw Error(fmt::format("kernel key {}: columns must be 8 (a pair in every MMA column) or 4 (even columns)", str()));
   if ((k.kind == KernelKind::decode_fc2_sum || k.kind == KernelKind::decode_fc1_loop ||

@@ -123,6 +123,13 @@ void choose_fc2_sum_tile(KernelKey& k, const LayerSpec& spec, double experts_tou
   const int chunks_per_part = ((spec.intermediate + 63) / 64 + k.parts - 1) / k.parts;
   k.depth = std::clamp((register_cap - 64) / per_chunk - 1, 1, std::clamp(chunks_per_part - 1, 1, 8));
   if (k.ntiles > 1) k.depth = std::min(k.depth, 2);
+  // Each warp asks the L2 for its chunks two past its register ring; the first of those requests go out
+  // before the wait for FC1, so FC2's first chunks are near when FC1 ends. Same-run sweep, µs, M = 1/2/4
+  // (f0 : f2 : f3 : f4 : f6): gpt-oss 24.7/38.3/71.9 : 24.3/36.7/69.2 : 24.3/36.6/69.3 : 24.4/36.4/69.0 :
+  // 25.3/36.9/69.5; DeepSeek M = 1 61.4 : 59.9 : 60.0 : 60.3 : 60.7, MXFP4 59.0 : 56.0 : 56.4 : 56.4 :
+  // 56.8; Qwen3 M = 2 22.7 : 21.6 : 21.9 : 22.1 : 22.4. (The same in FC1 loses everywhere, e.g. gpt-oss
+  // M = 4 85.6 against 72.1 at f8; the split FC2 loses at M = 32: 336.9 against 331.0.)
+  k.l2_ahead = 2;
 }
 
 // Variant switches for comparisons, where both variants apply: MOEJIT_DECODE_FC2=split|sum (M*K <= 64).
@@ -135,9 +142,9 @@ bool variant_from_env(const char* name, std::string_view on, std::string_view of
   throw Error(fmt::format("{}='{}' must be {} or {}", name, env, off, on));
 }
 
-// MOEJIT_DECODE_TILE="w<warps>d<depth>[o<CTAs per SM>][p<parts>]" overrides the decode tile of FC1 and
-// FC2 (decode_fc1_stream: d = stages, p = chunks per warp and stage), MOEJIT_DECODE_TILE_FC1 / _FC2 one
-// kernel only (they win over the shared one), for tuning sweeps with `moejit bench` (keys stay
+// MOEJIT_DECODE_TILE="w<warps>d<depth>[o<CTAs per SM>][p<parts>][c<columns>][f<L2 prefetch>]" overrides the
+// decode tile of FC1 and FC2 (decode_fc1_stream: d = stages, p = chunks per warp and stage),
+// MOEJIT_DECODE_TILE_FC1 / _FC2 one kernel only (they win over the shared one), for tuning sweeps with `moejit bench` (keys stay
 // canonical, so the cache and prewarm see exactly what runs).
 void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
   const char* name = specific_variable;
@@ -147,10 +154,10 @@ void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
     env = std::getenv(name);
   }
   if (!env || !*env) return;
-  // Letter-number fields in the order w, d, o, p, c; w and d required.
-  const std::string_view text(env), order("wdopc");
-  int value[5] = {0, 0, 0, 1, 8};
-  bool seen[5] = {false, false, false, false, false};
+  // Letter-number fields in the order w, d, o, p, c, f; w and d required.
+  const std::string_view text(env), order("wdopcf");
+  int value[6] = {0, 0, 0, 1, 8, 0};
+  bool seen[6] = {false, false, false, false, false, false};
   size_t at = 0, last = 0;
   bool ok = true;
   while (ok && at < text.size()) {
@@ -165,16 +172,18 @@ void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
     at = static_cast<size_t>(ptr - text.data());
   }
   ok = ok && seen[0] && seen[1] && value[0] >= 1 && value[0] <= 16 && value[1] >= 1 && value[1] <= 8 &&
-       value[2] >= 0 && value[2] <= 32 && value[3] >= 1 && value[3] <= 8 && (value[4] == 8 || value[4] == 4);
+       value[2] >= 0 && value[2] <= 32 && value[3] >= 1 && value[3] <= 8 && (value[4] == 8 || value[4] == 4) &&
+       value[5] >= 0 && value[5] <= 16;
   if (!ok)
-    throw Error(fmt::format("{}='{}' must look like w4d2, w4d2o6, w8d4o2p2, w4d4p4 or w4d1o8c4 (warps 1..16, depth "
-                            "1..8, CTAs per SM 0..32, parts 1..8, columns 8 or 4)",
+    throw Error(fmt::format("{}='{}' must look like w4d2, w4d2o6, w8d4o2p2, w4d4p4, w4d1o8c4 or w8d1o4c4f2 (warps 1..16, "
+                            "depth 1..8, CTAs per SM 0..32, parts 1..8, columns 8 or 4, L2 prefetch 0..16 chunks)",
                             name, env));
   k.warps = value[0];
   k.depth = value[1];
   k.min_blocks = value[2];
   if (seen[3]) k.parts = value[3];
   if (seen[4]) k.columns = value[4];
+  if (seen[5]) k.l2_ahead = value[5];
 }
 
 // FC1 with inline routing: one CTA per item (grid), one wave walking the items (loop), or that wave

@@ -45,6 +45,8 @@ MOEJIT_DEVICE u32 ld_stream_4(const void* p) {
   asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
   return v;
 }
+// Asks the L2 to fetch the line holding p from DRAM; nothing comes back to the thread.
+MOEJIT_DEVICE void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 // Activation rows (volatile: must stay after griddepcontrol.wait in programmatic dependents).
 MOEJIT_DEVICE u32x2 ld_nc_8(const void* p) {
   u32x2 v;

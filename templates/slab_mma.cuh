@@ -8,6 +8,14 @@
 #include "bulk_copy.cuh"
 #include "fp4_decode.cuh"
 
+// How far past its register ring each warp asks the L2 for its weights, in chunks of its K part: the
+// key's l2_ahead, passed by the generator (one kernel per translation unit).
+#ifndef MOEJIT_L2_AHEAD_CHUNKS
+#define MOEJIT_L2_AHEAD_CHUNKS 0
+#endif
+inline constexpr int kL2AheadChunks = MOEJIT_L2_AHEAD_CHUNKS;
+static_assert(kL2AheadChunks >= 0 && kL2AheadChunks <= 16, "l2_ahead is 0..16 chunks");
+
 template <bool kNvfp4>
 struct ScaleGeometry {
   // Scale bytes per (chunk, matrix): 8 row groups x 2 rows x blocks per chunk (4 of 16 or 2 of 32).
@@ -121,8 +129,26 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   u32x4 wq[kRing][kMats];
   u32x2 sq[kRing][kMats];
   int issued = 0;
+  // kL2AheadChunks > 0: every chunk issued also asks the L2 for this part's chunk kL2AheadChunks further
+  // on (and the first call asks for the chunks between the ring and that distance), so a later load
+  // finds its line in L2 or on its way without a register held for it. Each lane requests its own
+  // weight run and scale bytes; the lines are the ones the loads will touch.
+  auto prefetch_chunk = [&](const u32x4* w_at, const u8* s_at) {
+#pragma unroll
+    for (int m = 0; m < kMats; ++m) {
+      prefetch_l2(w_at + m * 32);
+      prefetch_l2(s_at + m * SG::kBytesPerChunk);
+    }
+  };
+  if (kL2AheadChunks > 0) {
+#pragma unroll 1
+    for (int c = kDepth; c < kDepth + kL2AheadChunks && c < my_chunks; ++c)
+      prefetch_chunk(wp + c * kWStride, sp + c * kSStride);
+  }
   // Loads this warp's next chunk into ring slot `slot` (nothing past the warp's last chunk).
   auto issue = [&](int slot) {
+    if (kL2AheadChunks > 0 && issued >= kDepth && issued + kL2AheadChunks < my_chunks)
+      prefetch_chunk(wp + kL2AheadChunks * kWStride, sp + kL2AheadChunks * kSStride);
     if (issued < my_chunks) {
 #pragma unroll
       for (int m = 0; m < kMats; ++m) {

@@ -260,6 +260,50 @@ TEST_CASE("the streaming FC1 equals the register-fed loop bit for bit", "[gpu][v
   }
 }
 
+TEST_CASE("L2 prefetch distances change no output bit", "[gpu][variants][prefetch]") {
+  // l2_ahead only adds prefetch.global.L2 requests for chunks the warp loads later (never past its
+  // part's last chunk), so every FC1 x FC2 variant must give the same bits at any distance. Shapes: I
+  // and H not multiples of 64 (tails), parts shorter than the distance, several passes per slab (M = 16).
+  struct EnvGuard {
+    ~EnvGuard() {
+      for (const char* v : {"MOEJIT_DECODE_FC1", "MOEJIT_DECODE_FC2", "MOEJIT_DECODE_TILE_FC1", "MOEJIT_DECODE_TILE_FC2"})
+        ::unsetenv(v);
+    }
+  } guard;
+  uint64_t seed = 9100;
+  for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4}) {
+    const bool oai = f == ScaleFormat::mxfp4;
+    LayerSpec spec = small_spec(f, oai ? Activation::swigluoai : Activation::silu, oai, oai);
+    spec.experts = 8;
+    spec.top_k = 4;
+    spec.hidden = 352;
+    spec.intermediate = 480;
+    HostLayer host = make_random_layer(spec, ++seed);
+    auto layer = runtime().prepare(host);
+    for (const char* fc1 : {"grid", "loop"})
+      for (const char* fc2 : {"split", "sum"})
+        for (int m : {1, 5, 16}) {
+          INFO(fmt::format("{} FC1 {} FC2 {} M={}", to_string(f), fc1, fc2, m));
+          HostInputs in = make_random_inputs(spec, m, ++seed, true);
+          DeviceInputs d = upload_inputs(runtime(), *layer, in, m);
+          ::setenv("MOEJIT_DECODE_FC1", fc1, 1);
+          ::setenv("MOEJIT_DECODE_FC2", fc2, 1);
+          ::setenv("MOEJIT_DECODE_TILE_FC1", "w4d1f0", 1);
+          ::setenv("MOEJIT_DECODE_TILE_FC2", "w4d2p2f0", 1);
+          const auto none = run_poisoned(runtime(), *layer, d, m);
+          for (const char* ahead : {"f1", "f3", "f16"}) {
+            ::setenv("MOEJIT_DECODE_TILE_FC1", fmt::format("w4d1{}", ahead).c_str(), 1);
+            ::setenv("MOEJIT_DECODE_TILE_FC2", fmt::format("w4d2p2{}", ahead).c_str(), 1);
+            REQUIRE(runtime().plan(*layer, m).kernels.back().l2_ahead > 0);
+            CHECK(run_poisoned(runtime(), *layer, d, m) == none);
+          }
+          Agreement ag = compare(to_float(none), reference_forward(host, in).out_f64);
+          CHECK(ag.nonfinite == 0);
+          CHECK(ag.rel_l2 < kRelL2Tolerance);
+        }
+  }
+}
+
 TEST_CASE("ids outside the local range contribute nothing; all-invalid rows are zero", "[gpu][routing]") {
   LayerSpec spec = small_spec(ScaleFormat::mxfp4, Activation::silu, true, false);
   HostLayer host = make_random_layer(spec, 5);

@@ -63,6 +63,7 @@ std::vector<KernelKey> sample_keys() {
             k.limit = (variant & 2) != 0;
             k.parts = 1 + variant;  // decode_fc2_sum and decode_fc1_stream only; normalization resets it elsewhere
             k.columns = variant % 2 ? 4 : 8;
+            k.l2_ahead = 2 * variant;  // 0 for decode_fc1_stream after normalization
             k.inline_route = variant == 3 || kind == KernelKind::decode_fc2_sum || kind == KernelKind::decode_fc1_loop ||
                              kind == KernelKind::decode_fc1_stream;
             keys.push_back(k.normalized());
@@ -152,6 +153,19 @@ TEST_CASE("normalization resets fields a kind ignores and rejects impossible key
   CHECK(KernelKey::parse(k.normalized().str()) == k.normalized());
   k.columns = 2;
   CHECK_THROWS_WITH(k.normalized(), Catch::Contains("columns must be 8"));
+  k.columns = 4;
+
+  // The L2 prefetch distance is the tile's last field (f<chunks>, absent at 0), 0..16 chunks; the
+  // streaming FC1 has no register ring to run ahead of.
+  k.l2_ahead = 3;
+  CHECK(k.normalized().l2_ahead == 0);
+  k.kind = KernelKind::decode_fc2_sum;
+  CHECK(k.normalized().str().find(":w4n1d1o0p4c4f3:") != std::string::npos);
+  CHECK(KernelKey::parse(k.normalized().str()) == k.normalized());
+  k.l2_ahead = 17;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("l2_ahead must be in [0, 16]"));
+  k.l2_ahead = 0;
+  CHECK(k.normalized().str().find(":w4n1d1o0p4c4:") != std::string::npos);
 }
 
 TEST_CASE("malformed key strings are rejected with the field named", "[keys]") {
@@ -307,7 +321,16 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK(st.columns == 4);
   CHECK(decode_ctas_per_sm(st) == 3);
   CHECK(kernel_threads(st) == 288);
-  for (const char* bad : {"w4d1c3", "w4p2d1", "w4d1o2x", "d1w4"}) {
+  // The FC2-sum kernels ask the L2 for their chunks 2 past the ring; f overrides it (f0: off).
+  CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[1].l2_ahead == 2);
+  CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[0].l2_ahead == 0);
+  CHECK(make_plan(s, Arch::sm_90a, 32, 132).kernels.back().l2_ahead == 0);  // split FC2
+  ::setenv("MOEJIT_DECODE_TILE_FC2", "w16d1o2p4c4f0", 1);
+  CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[1].l2_ahead == 0);
+  ::setenv("MOEJIT_DECODE_TILE_FC2", "w16d1", 1);
+  CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[1].l2_ahead == 2);
+  ::unsetenv("MOEJIT_DECODE_TILE_FC2");
+  for (const char* bad : {"w4d1c3", "w4p2d1", "w4d1o2x", "d1w4", "w4d1f17", "w4d1f2c4"}) {
     ::setenv("MOEJIT_DECODE_TILE_FC1", bad, 1);
     CHECK_THROWS_WITH(make_plan(ds, Arch::sm_90a, 2, 132), Catch::Contains("must look like"));
   }
