@@ -47,10 +47,20 @@ MOEJIT_DEVICE u32 ld_stream_4(const void* p) {
 }
 // Asks the L2 to fetch the line holding p from DRAM; nothing comes back to the thread.
 MOEJIT_DEVICE void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-// Activation rows (volatile: must stay after griddepcontrol.wait in programmatic dependents).
+// Rows of the layer input x (read-only while the forward runs; volatile: must stay after
+// griddepcontrol.wait in programmatic dependents).
 MOEJIT_DEVICE u32x2 ld_nc_8(const void* p) {
   u32x2 v;
   asm volatile("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+// Activation rows another grid wrote while this one may already run (FC1's output read by a programmatic
+// dependent FC2, or by the fused kernel's second phase): cached in L2 only. The non-coherent path of
+// ld_nc_8 may serve lines an earlier forward left in this SM's L1, since the dependent started before
+// the rows were written.
+MOEJIT_DEVICE u32x2 ld_cg_8(const void* p) {
+  u32x2 v;
+  asm volatile("ld.global.cg.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
   return v;
 }
 // Loads of data another CTA of the same grid wrote (bypass the incoherent L1).

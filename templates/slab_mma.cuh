@@ -182,6 +182,8 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
     x_live[nt] = b_rows[nt] != nullptr;
     xp[nt] = (x_live[nt] ? b_rows[nt] : reinterpret_cast<const u16*>(w)) + part * 64 + kofs;
   }
+  // The layer input (kScaleB) is read-only during the forward; FC1's output is not (see ld_cg_8).
+  auto ld_x = [](const u16* at) { return kScaleB ? ld_nc_8(at) : ld_cg_8(at); };
   int x_issued = 0;
   int kx = part * 64 + kofs;  // true K of this lane's first element in the next chunk to load
   auto issue_x = [&](int slot) {
@@ -190,7 +192,7 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
       for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int st = 0; st < 4; ++st)
-          xq[slot][nt][st] = x_live[nt] && (kK % 64 == 0 || kx + 16 * st < kK) ? ld_nc_8(xp[nt] + 16 * st)
+          xq[slot][nt][st] = x_live[nt] && (kK % 64 == 0 || kx + 16 * st < kK) ? ld_x(xp[nt] + 16 * st)
                                                                                : u32x2{0u, 0u};
     }
     ++x_issued;
@@ -212,7 +214,7 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
       chunk_mma<kNvfp4, kMats, kNT, kCols, kScaleB>(wq[j], sq[j], live_tiles, acc, [&](int nt, int st) {
         // Without the ring each step loads its own piece right here (fewer live registers).
         return kPrefetchX ? xq[j % kXRing][nt][st]
-               : x_live[nt] && (kK % 64 == 0 || kx - kXStride + 16 * st < kK) ? ld_nc_8(xp[nt] - kXStride + 16 * st)
+               : x_live[nt] && (kK % 64 == 0 || kx - kXStride + 16 * st < kK) ? ld_x(xp[nt] - kXStride + 16 * st)
                                                                                : u32x2{0u, 0u};
       });
     }
