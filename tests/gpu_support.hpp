@@ -1,8 +1,12 @@
 #pragma once
 // Helpers shared by the GPU tests: running one forward with a poisoned output and comparing with the
 // fp64 CPU reference.
+#include <catch2/catch.hpp>
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -57,6 +61,29 @@ inline std::vector<uint16_t> run_poisoned(Runtime& rt, const PreparedLayer& laye
   rt.forward(layer, a);
   return d.out.to_vector<uint16_t>(static_cast<size_t>(tokens) * layer.spec().hidden);
 }
+
+// DESIGN §8's agreement checks of one GPU output against the fp64 reference: no non-finite value, a
+// relative L2 error under kRelL2Tolerance and, with_cosine, a cosine similarity above kCosineTolerance.
+inline void check_agreement(const Agreement& ag, bool with_cosine) {
+  CHECK(ag.nonfinite == 0);
+  CHECK(ag.rel_l2 < kRelL2Tolerance);
+  if (with_cosine) CHECK(ag.cosine > kCosineTolerance);
+}
+
+// Unsets the named environment variables (planner overrides a test sets) when the scope ends, so a
+// failed REQUIRE cannot leak them into the next test case.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(std::initializer_list<const char*> names) : names_(names) {}
+  ~ScopedEnv() {
+    for (const char* n : names_) ::unsetenv(n);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::vector<const char*> names_;
+};
 
 inline std::vector<float> to_float(const std::vector<uint16_t>& bf) {
   std::vector<float> f(bf.size());

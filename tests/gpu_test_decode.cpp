@@ -62,10 +62,7 @@ TEST_CASE("decode family matches the reference for every activation, format, bia
           auto layer = runtime().prepare(host);
           for (int m : {1, 2, 3, 7, 16, 33, 64}) {
             INFO(fmt::format("{} {} bias={} limit={} M={}", to_string(f), to_string(a), bias, limit, m));
-            Agreement ag = check_against_reference(host, *layer, m, ++seed);
-            CHECK(ag.nonfinite == 0);
-            CHECK(ag.rel_l2 < kRelL2Tolerance);
-            CHECK(ag.cosine > kCosineTolerance);
+            check_agreement(check_against_reference(host, *layer, m, ++seed), /*with_cosine=*/true);
           }
         }
 }
@@ -87,9 +84,7 @@ TEST_CASE("decode family matches the golden layers", "[gpu][golden]") {
     auto layer = runtime().prepare(host);
     DeviceInputs d = upload_inputs(runtime(), *layer, in, in.tokens);
     auto out = run_poisoned(runtime(), *layer, d, in.tokens);
-    Agreement ag = compare(to_float(out), want);
-    CHECK(ag.nonfinite == 0);
-    CHECK(ag.rel_l2 < kRelL2Tolerance);
+    check_agreement(compare(to_float(out), want), /*with_cosine=*/false);
   }
 }
 
@@ -121,10 +116,7 @@ TEST_CASE("decode family at real model geometries", "[gpu][models]") {
     auto layer = runtime().prepare(host);
     for (int m : c.tokens) {
       INFO(fmt::format("{} M={}", c.name, m));
-      Agreement ag = check_against_reference(host, *layer, m, 900 + m);
-      CHECK(ag.nonfinite == 0);
-      CHECK(ag.rel_l2 < kRelL2Tolerance);
-      CHECK(ag.cosine > kCosineTolerance);
+      check_agreement(check_against_reference(host, *layer, m, 900 + m), /*with_cosine=*/true);
     }
   }
 }
@@ -133,12 +125,7 @@ TEST_CASE("every FC1 x FC2 variant for few pairs matches the reference", "[gpu][
   // The planner picks decode_fc1, decode_fc1_loop or decode_fc1_stream, and decode_fc2 or
   // decode_fc2_sum, from the geometry; MOEJIT_DECODE_FC1 / _FC2 force each combination here. I = 2048 gives 128 FC1 slabs per
   // expert, so at M = 4 and 16 the loop's one wave walks several items per CTA.
-  struct EnvGuard {
-    ~EnvGuard() {
-      ::unsetenv("MOEJIT_DECODE_FC1");
-      ::unsetenv("MOEJIT_DECODE_FC2");
-    }
-  } guard;
+  const ScopedEnv guard{"MOEJIT_DECODE_FC1", "MOEJIT_DECODE_FC2"};
   uint64_t seed = 5000;
   for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4}) {
     const bool oai = f == ScaleFormat::mxfp4;
@@ -155,10 +142,7 @@ TEST_CASE("every FC1 x FC2 variant for few pairs matches the reference", "[gpu][
         ::setenv("MOEJIT_DECODE_FC2", fc2, 1);
         for (int m : {1, 4, 16}) {
           INFO(fmt::format("{} FC1 {} FC2 {} M={}", to_string(f), fc1, fc2, m));
-          Agreement ag = check_against_reference(host, *layer, m, ++seed);
-          CHECK(ag.nonfinite == 0);
-          CHECK(ag.rel_l2 < kRelL2Tolerance);
-          CHECK(ag.cosine > kCosineTolerance);
+          check_agreement(check_against_reference(host, *layer, m, ++seed), /*with_cosine=*/true);
         }
       }
   }
@@ -169,11 +153,7 @@ TEST_CASE("pairs in even MMA columns only give the same bits as pairs in every c
   // block-scale FMAs; every column's sums are independent, so outputs must not change. The planner
   // picks 4 at M <= 4; M = 9 and 16 force it where experts hold more than 4 pairs (several passes per
   // slab), on every FC1 and FC2 variant.
-  struct EnvGuard {
-    ~EnvGuard() {
-      for (const char* v : {"MOEJIT_DECODE_FC1", "MOEJIT_DECODE_FC2", "MOEJIT_DECODE_COLUMNS"}) ::unsetenv(v);
-    }
-  } guard;
+  const ScopedEnv guard{"MOEJIT_DECODE_FC1", "MOEJIT_DECODE_FC2", "MOEJIT_DECODE_COLUMNS"};
   uint64_t seed = 8000;
   for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4}) {
     const bool oai = f == ScaleFormat::mxfp4;
@@ -198,9 +178,7 @@ TEST_CASE("pairs in even MMA columns only give the same bits as pairs in every c
           REQUIRE(runtime().plan(*layer, m).kernels.back().columns == 4);
           const auto even = run_poisoned(runtime(), *layer, d, m);
           CHECK(even == all);
-          Agreement ag = compare(to_float(even), reference_forward(host, in).out_f64);
-          CHECK(ag.nonfinite == 0);
-          CHECK(ag.rel_l2 < kRelL2Tolerance);
+          check_agreement(compare(to_float(even), reference_forward(host, in).out_f64), /*with_cosine=*/false);
         }
   }
 }
@@ -210,11 +188,7 @@ TEST_CASE("the streaming FC1 equals the register-fed loop bit for bit", "[gpu][v
   // so the outputs must be identical. Shapes: stages that end mid-slab (H = 2880: 45 chunks in stages of
   // 16 and 8), a slab shorter than one stage (H = 256), one matrix (relu2), K not a multiple of 64
   // (H = 96), several passes per slab (M = 16: up to 16 pairs per expert), and rings of 1-5 stages.
-  struct EnvGuard {
-    ~EnvGuard() {
-      for (const char* v : {"MOEJIT_DECODE_FC1", "MOEJIT_DECODE_FC2", "MOEJIT_DECODE_TILE_FC1"}) ::unsetenv(v);
-    }
-  } guard;
+  const ScopedEnv guard{"MOEJIT_DECODE_FC1", "MOEJIT_DECODE_FC2", "MOEJIT_DECODE_TILE_FC1"};
   struct Shape {
     ScaleFormat format;
     Activation act;
@@ -253,9 +227,7 @@ TEST_CASE("the streaming FC1 equals the register-fed loop bit for bit", "[gpu][v
       REQUIRE(runtime().plan(*layer, m).kernels.front().kind == KernelKind::decode_fc1_stream);
       const auto stream_out = run_poisoned(runtime(), *layer, d, m);
       CHECK(stream_out == loop_out);
-      Agreement ag = compare(to_float(stream_out), reference_forward(host, in).out_f64);
-      CHECK(ag.nonfinite == 0);
-      CHECK(ag.rel_l2 < kRelL2Tolerance);
+      check_agreement(compare(to_float(stream_out), reference_forward(host, in).out_f64), /*with_cosine=*/false);
     }
   }
 }
@@ -264,12 +236,7 @@ TEST_CASE("L2 prefetch distances change no output bit", "[gpu][variants][prefetc
   // l2_ahead only adds prefetch.global.L2 requests for chunks the warp loads later (never past its
   // part's last chunk), so every FC1 x FC2 variant must give the same bits at any distance. Shapes: I
   // and H not multiples of 64 (tails), parts shorter than the distance, several passes per slab (M = 16).
-  struct EnvGuard {
-    ~EnvGuard() {
-      for (const char* v : {"MOEJIT_DECODE_FC1", "MOEJIT_DECODE_FC2", "MOEJIT_DECODE_TILE_FC1", "MOEJIT_DECODE_TILE_FC2"})
-        ::unsetenv(v);
-    }
-  } guard;
+  const ScopedEnv guard{"MOEJIT_DECODE_FC1", "MOEJIT_DECODE_FC2", "MOEJIT_DECODE_TILE_FC1", "MOEJIT_DECODE_TILE_FC2"};
   uint64_t seed = 9100;
   for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4}) {
     const bool oai = f == ScaleFormat::mxfp4;
@@ -297,9 +264,7 @@ TEST_CASE("L2 prefetch distances change no output bit", "[gpu][variants][prefetc
             REQUIRE(runtime().plan(*layer, m).kernels.back().l2_ahead > 0);
             CHECK(run_poisoned(runtime(), *layer, d, m) == none);
           }
-          Agreement ag = compare(to_float(none), reference_forward(host, in).out_f64);
-          CHECK(ag.nonfinite == 0);
-          CHECK(ag.rel_l2 < kRelL2Tolerance);
+          check_agreement(compare(to_float(none), reference_forward(host, in).out_f64), /*with_cosine=*/false);
         }
   }
 }
