@@ -128,7 +128,8 @@ void choose_fc2_sum_tile(KernelKey& k, const LayerSpec& spec, double experts_tou
   // (f0 : f2 : f3 : f4 : f6): gpt-oss 24.7/38.3/71.9 : 24.3/36.7/69.2 : 24.3/36.6/69.3 : 24.4/36.4/69.0 :
   // 25.3/36.9/69.5; DeepSeek M = 1 61.4 : 59.9 : 60.0 : 60.3 : 60.7, MXFP4 59.0 : 56.0 : 56.4 : 56.4 :
   // 56.8; Qwen3 M = 2 22.7 : 21.6 : 21.9 : 22.1 : 22.4. (The same in FC1 loses everywhere, e.g. gpt-oss
-  // M = 4 85.6 against 72.1 at f8; the split FC2 loses at M = 32: 336.9 against 331.0.)
+  // M = 4 85.6 against 72.1 at f8; the split FC2 loses at M = 32: 336.9 against 331.0. All measured
+  // while FC2 still loaded its activations through the non-coherent path.)
   k.l2_ahead = 2;
 }
 
