@@ -143,10 +143,10 @@ bool variant_from_env(const char* name, std::string_view on, std::string_view of
   throw Error(fmt::format("{}='{}' must be {} or {}", name, env, off, on));
 }
 
-// MOEJIT_DECODE_TILE="w<warps>d<depth>[o<CTAs per SM>][p<parts>][c<columns>][f<L2 prefetch>]" overrides the
-// decode tile of FC1 and FC2 (decode_fc1_stream: d = stages, p = chunks per warp and stage),
-// MOEJIT_DECODE_TILE_FC1 / _FC2 one kernel only (they win over the shared one), for tuning sweeps with `moejit bench` (keys stay
-// canonical, so the cache and prewarm see exactly what runs).
+// MOEJIT_DECODE_TILE="w<warps>d<depth>[o<CTAs per SM>][p<parts>][c<columns>][f<L2 prefetch>]" overrides
+// the decode tile of FC1 and FC2 (decode_fc1_stream: d = stages, p = chunks per warp and stage),
+// MOEJIT_DECODE_TILE_FC1 / _FC2 one kernel only (they win over the shared one), for tuning sweeps with
+// `moejit bench` (keys stay canonical, so the cache and prewarm see exactly what runs).
 void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
   const char* name = specific_variable;
   const char* env = std::getenv(name);

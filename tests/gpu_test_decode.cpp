@@ -39,6 +39,18 @@ LayerSpec small_spec(ScaleFormat f, Activation a, bool bias, bool limit) {
   return s;
 }
 
+// A layer of the given geometry with the activation the format's models use: MXFP4 as gpt-oss
+// (swigluoai, biases, limit, interleaved gate/up), NVFP4 silu without either.
+LayerSpec format_spec(ScaleFormat f, int experts, int top_k, int hidden, int intermediate) {
+  const bool oai = f == ScaleFormat::mxfp4;
+  LayerSpec s = small_spec(f, oai ? Activation::swigluoai : Activation::silu, oai, oai);
+  s.experts = experts;
+  s.top_k = top_k;
+  s.hidden = hidden;
+  s.intermediate = intermediate;
+  return s;
+}
+
 Agreement check_against_reference(const HostLayer& host, const PreparedLayer& layer, int tokens, uint64_t seed,
                                    bool invalid_ids = true) {
   auto& rt = runtime();
@@ -128,12 +140,7 @@ TEST_CASE("every FC1 x FC2 variant for few pairs matches the reference", "[gpu][
   const ScopedEnv guard{"MOEJIT_DECODE_FC1", "MOEJIT_DECODE_FC2"};
   uint64_t seed = 5000;
   for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4}) {
-    const bool oai = f == ScaleFormat::mxfp4;
-    LayerSpec spec = small_spec(f, oai ? Activation::swigluoai : Activation::silu, oai, oai);
-    spec.experts = 16;
-    spec.top_k = 4;
-    spec.hidden = 256;
-    spec.intermediate = 2048;
+    LayerSpec spec = format_spec(f, 16, 4, 256, 2048);
     HostLayer host = make_random_layer(spec, ++seed);
     auto layer = runtime().prepare(host);
     for (const char* fc1 : {"grid", "loop", "stream"})
@@ -156,12 +163,7 @@ TEST_CASE("pairs in even MMA columns only give the same bits as pairs in every c
   const ScopedEnv guard{"MOEJIT_DECODE_FC1", "MOEJIT_DECODE_FC2", "MOEJIT_DECODE_COLUMNS"};
   uint64_t seed = 8000;
   for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4}) {
-    const bool oai = f == ScaleFormat::mxfp4;
-    LayerSpec spec = small_spec(f, oai ? Activation::swigluoai : Activation::silu, oai, oai);
-    spec.experts = 8;
-    spec.top_k = 4;
-    spec.hidden = 320;
-    spec.intermediate = 512;
+    LayerSpec spec = format_spec(f, 8, 4, 320, 512);
     HostLayer host = make_random_layer(spec, ++seed);
     auto layer = runtime().prepare(host);
     for (const char* fc1 : {"grid", "loop", "stream"})
@@ -239,12 +241,7 @@ TEST_CASE("L2 prefetch distances change no output bit", "[gpu][variants][prefetc
   const ScopedEnv guard{"MOEJIT_DECODE_FC1", "MOEJIT_DECODE_FC2", "MOEJIT_DECODE_TILE_FC1", "MOEJIT_DECODE_TILE_FC2"};
   uint64_t seed = 9100;
   for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4}) {
-    const bool oai = f == ScaleFormat::mxfp4;
-    LayerSpec spec = small_spec(f, oai ? Activation::swigluoai : Activation::silu, oai, oai);
-    spec.experts = 8;
-    spec.top_k = 4;
-    spec.hidden = 352;
-    spec.intermediate = 480;
+    LayerSpec spec = format_spec(f, 8, 4, 352, 480);
     HostLayer host = make_random_layer(spec, ++seed);
     auto layer = runtime().prepare(host);
     for (const char* fc1 : {"grid", "loop"})
@@ -356,11 +353,7 @@ TEST_CASE("forwards alternating two inputs on one workspace reproduce their outp
   uint64_t seed = 9200;
   for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4}) {
     const bool oai = f == ScaleFormat::mxfp4;
-    LayerSpec spec = small_spec(f, oai ? Activation::swigluoai : Activation::silu, oai, oai);
-    spec.experts = 32;
-    spec.top_k = oai ? 4 : 8;
-    spec.hidden = oai ? 2880 : 7168;
-    spec.intermediate = oai ? 2880 : 2048;
+    LayerSpec spec = format_spec(f, 32, oai ? 4 : 8, oai ? 2880 : 7168, oai ? 2880 : 2048);
     spec.expert_begin = 0;
     HostLayer host = make_random_code_layer(spec, ++seed);
     auto& rt = runtime();
