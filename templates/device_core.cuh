@@ -55,12 +55,15 @@ MOEJIT_DEVICE u32x2 ld_nc_8(const void* p) {
   return v;
 }
 // Activation rows another grid wrote while this one may already run (FC1's output read by a programmatic
-// dependent FC2, or by the fused kernel's second phase): cached in L2 only. The non-coherent path of
-// ld_nc_8 may serve lines an earlier forward left in this SM's L1, since the dependent started before
-// the rows were written.
-MOEJIT_DEVICE u32x2 ld_cg_8(const void* p) {
+// dependent FC2, or by the fused kernel's second phase after its grid barrier). A plain (weak) load: the
+// PTX memory model makes the writer's stores visible to it once griddepcontrol.wait returns, or once the
+// barrier's acquire has been seen, so it may still be cached in L1. The non-coherent path of ld_nc_8 may
+// not be used here: it assumes the data is unchanged for the kernel's whole life, and may serve lines an
+// earlier forward left in this SM's L1, since the dependent started before the rows were written.
+// (volatile: must stay after the wait or barrier.)
+MOEJIT_DEVICE u32x2 ld_act_8(const void* p) {
   u32x2 v;
-  asm volatile("ld.global.cg.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  asm volatile("ld.global.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
   return v;
 }
 // Loads of data another CTA of the same grid wrote (bypass the incoherent L1).

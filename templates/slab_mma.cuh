@@ -182,8 +182,8 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
     x_live[nt] = b_rows[nt] != nullptr;
     xp[nt] = (x_live[nt] ? b_rows[nt] : reinterpret_cast<const u16*>(w)) + part * 64 + kofs;
   }
-  // The layer input (kScaleB) is read-only during the forward; FC1's output is not (see ld_cg_8).
-  auto ld_x = [](const u16* at) { return kScaleB ? ld_nc_8(at) : ld_cg_8(at); };
+  // The layer input (kScaleB) is read-only during the forward; FC1's output is not (see ld_act_8).
+  auto ld_x = [](const u16* at) { return kScaleB ? ld_nc_8(at) : ld_act_8(at); };
   int x_issued = 0;
   int kx = part * 64 + kofs;  // true K of this lane's first element in the next chunk to load
   auto issue_x = [&](int slot) {
