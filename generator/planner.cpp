@@ -215,19 +215,22 @@ void choose_fc1_stream_tile(KernelKey& k) {
 
 // MMA columns per n-tile that carry a pair (KernelKey::columns): 4 where no expert has more than 4 pairs
 // (M <= 4, each token routing to distinct experts: one pass over the weights either way, and half the
-// block-scale FMAs), else 8. NVFP4's register-fed FC1 keeps 8: with 4 it measured slower (Nsight
-// Compute, DeepSeek M = 4: long-scoreboard stalls per instruction 2.6 -> 5.0, FC1 154.6 -> 172.8 us,
-// while FC2-sum gains 88.5 -> 83.7; at M = 1 ptxas sinks the next chunk's weight loads below the
-// current chunk's MMAs). MXFP4's FC1 gains (gpt-oss M = 1/4 26.1/73.4 -> 24.8/72.2 us, DeepSeek-V3
+// block-scale FMAs), else 8. MXFP4's FC1 gains (gpt-oss M = 1/4 26.1/73.4 -> 24.8/72.2 us, DeepSeek-V3
 // MXFP4 59.4/219.8 -> 58.5/216.7), and so does the streaming FC1 in both formats (DeepSeek-V3 M = 2/4,
 // two runs: NVFP4 117.9/225.9, 118.4/227.1 -> 114.7/219.2, 114.4/218.7; MXFP4 110.6/211.2,
-// 110.7/211.2 -> 107.3/205.2, 107.6/204.9). MOEJIT_DECODE_COLUMNS=8|4 sets both kernels, for
-// comparisons and tests.
+// 110.7/211.2 -> 107.3/205.2, 107.6/204.9). NVFP4's register-fed FC1 (its loads pinned ahead of the
+// MMAs, slab_mma.cuh: kPinLoads) gains where its warps are short, up to 16 chunks (Qwen3-30B-A3B M =
+// 1/2/4, two runs, 8 : 4 columns: 16.1/21.7/34.5 : 15.7/21.1/33.5 and 15.6/20.9/33.5 us; unpinned 4
+// columns 16.0/22.0/34.7), and loses on DeepSeek-V3's 28-chunk warps, where it is issue-bound (M = 1,
+// two runs: 59.8, 59.8 : 63.0, 62.7). MOEJIT_DECODE_COLUMNS=8|4 sets both kernels, for comparisons
+// and tests.
 int decode_columns(int tokens, const KernelKey& k) {
   const char* env = std::getenv("MOEJIT_DECODE_COLUMNS");
   const bool nvfp4_register_fc1 = k.format == ScaleFormat::nvfp4 &&
                                   (k.kind == KernelKind::decode_fc1 || k.kind == KernelKind::decode_fc1_loop);
-  if (!env || !*env) return tokens <= 4 && !nvfp4_register_fc1 ? 4 : 8;
+  const int chunks_per_warp = ((k.hidden + 63) / 64 + k.warps - 1) / k.warps;
+  const bool long_nvfp4_fc1_warps = nvfp4_register_fc1 && chunks_per_warp > 16;
+  if (!env || !*env) return tokens <= 4 && !long_nvfp4_fc1_warps ? 4 : 8;
   const std::string_view v(env);
   if (v == "8") return 8;
   if (v == "4") return 4;

@@ -126,6 +126,11 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   // A ring of kDepth + 1 slots: chunk i lives in slot i % kRing, and the load of chunk i + kDepth goes
   // to the slot chunk i - 1 left, so nothing is copied between slots.
   constexpr int kRing = kDepth + 1;
+  // NVFP4 with two matrices in even columns only: without the odd columns' FFMAs ptxas sinks the next
+  // chunk's weight loads below this chunk's MMAs (2 of 8 loads issued before the first MMA, against 8
+  // in 8 columns), and the loads wait longer than the FFMAs saved. A warp barrier after the issue keeps
+  // them ahead (memory operations do not move across it); the other tiles keep their loads early without it.
+  constexpr bool kPinLoads = kNvfp4 && kMats == 2 && kCols == 4;
   u32x4 wq[kRing][kMats];
   u32x2 sq[kRing][kMats];
   int issued = 0;
@@ -211,6 +216,7 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
       if (base + j >= my_chunks) break;
       issue((j + kDepth) % kRing);
       issue_x(kPrefetchX ? (j + 1) % kRing % kXRing : j);
+      if (kPinLoads) asm volatile("bar.warp.sync -1;" ::: "memory");
       chunk_mma<kNvfp4, kMats, kNT, kCols, kScaleB>(wq[j], sq[j], live_tiles, acc, [&](int nt, int st) {
         // Without the ring each step loads its own piece right here (fewer live registers).
         return kPrefetchX ? xq[j % kXRing][nt][st]

@@ -267,7 +267,7 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   // gpt-oss M=4: ~15 experts x 180 slabs = 2700 FC1 CTAs of 12-chunk warps: one wave of 8 CTAs per
   // SM walks the items. DeepSeek M=4 (28 chunks per warp) streams its weights through shared memory
   // (3 stages of 16 chunks, 3 CTAs per SM); its M=1 grid is one wave and stays a grid. M <= 4 puts
-  // pairs in even MMA columns only, except in NVFP4's register-fed FC1.
+  // pairs in even MMA columns only, except in NVFP4's register-fed FC1 with long warps.
   const Plan g4 = make_plan(s, Arch::sm_90a, 4, 132);
   CHECK(g4.kernels[0].kind == KernelKind::decode_fc1_loop);
   CHECK(g4.kernels[0].warps == 4);
@@ -278,7 +278,17 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK(decode_dynamic_smem(d4.kernels[0]) == 128 + 3 * 16 * 2 * (512 + 64));
   CHECK(kernel_threads(d4.kernels[0]) == 160);
   CHECK(d4.kernels[0].columns == 4);  // streaming FC1, both formats
-  CHECK(make_plan(ds, Arch::sm_90a, 1, 132).kernels[0].columns == 8);  // NVFP4 register-fed FC1
+  // NVFP4's register-fed FC1 keeps 8 columns on DeepSeek's 28-chunk warps, takes 4 on short ones
+  // (Qwen3-30B-A3B: H = 2048 is 32 chunks, 4/8/16 per warp at M = 1/2/4).
+  CHECK(make_plan(ds, Arch::sm_90a, 1, 132).kernels[0].columns == 8);
+  const LayerSpec qw = load_model_config("qwen3-30b-a3b").local();
+  for (int m : {1, 2, 4}) {
+    const KernelKey q_fc1 = make_plan(qw, Arch::sm_90a, m, 132).kernels[0];
+    INFO(q_fc1.str());
+    CHECK(q_fc1.kind == KernelKind::decode_fc1);
+    CHECK(q_fc1.columns == 4);
+  }
+  CHECK(make_plan(qw, Arch::sm_90a, 8, 132).kernels[0].columns == 8);
   CHECK(d4.kernels[1].columns == 4);
   CHECK(make_plan(ds, Arch::sm_90a, 1, 132).kernels[0].kind == KernelKind::decode_fc1);
   CHECK(g4.kernels[0].columns == 4);  // MXFP4 FC1
