@@ -55,6 +55,15 @@ int decode_ctas_per_sm(const KernelKey& key) {
   return ctas;
 }
 
+bool decode_activation_ring(const KernelKey& raw) {
+  // The ring costs ~16 registers per thread: FC1 (two matrices in flight) takes it only when the
+  // register cap leaves 80; FC2 always. Wider token tiles load activations step by step.
+  const KernelKey key = raw.normalized();
+  const int register_cap = 65536 / (decode_ctas_per_sm(key) * kernel_threads(key));
+  return key.ntiles == 1 &&
+         (key.kind == KernelKind::decode_fc2 || key.kind == KernelKind::decode_fc2_sum || register_cap >= 80);
+}
+
 GeneratedSource generate_source(const KernelKey& raw) {
   const KernelKey key = raw.normalized();
   GeneratedSource out;
@@ -62,16 +71,12 @@ GeneratedSource generate_source(const KernelKey& raw) {
   out.name = out.entry + ".cu";
   const int threads = kernel_threads(key);
   const int min_blocks = decode_ctas_per_sm(key);
-  // The activation ring costs ~16 registers per thread: FC1 (two matrices in flight) takes it only
-  // when the register cap leaves 80; FC2 always. Wider token tiles load activations step by step.
-  const int register_cap = 65536 / (min_blocks * threads);
-  const bool prefetch_x =
-      key.ntiles == 1 &&
-      (key.kind == KernelKind::decode_fc2 || key.kind == KernelKind::decode_fc2_sum || register_cap >= 80);
+  const bool prefetch_x = decode_activation_ring(key);
   std::string header = fmt::format("// moejit generated kernel\n// key: {}\n", key.str());
   if (key.inline_route)
     header += fmt::format("#define MOEJIT_INLINE_ROUTE_MAX_PAIRS {}\n", kInlineRouteMaxPairs);
   if (key.l2_ahead > 0) header += fmt::format("#define MOEJIT_L2_AHEAD_CHUNKS {}\n", key.l2_ahead);
+  if (key.x_staged) header += "#define MOEJIT_X_STAGED 1\n";
   switch (key.kind) {
     case KernelKind::prepare:
       out.source = header + fmt::format(

@@ -37,7 +37,7 @@ KernelKind parse_kernel_kind(std::string_view s) {
 
 std::string KernelKey::str() const {
   const std::string p = (parts != 1 ? fmt::format("p{}", parts) : "") + (columns != 8 ? fmt::format("c{}", columns) : "") +
-                        (l2_ahead != 0 ? fmt::format("f{}", l2_ahead) : "");
+                        (l2_ahead != 0 ? fmt::format("f{}", l2_ahead) : "") + (x_staged ? "x" : "");
   return fmt::format("{}:{}:{}:{}:{}:E{}:H{}:I{}:w{}n{}d{}o{}{}:b{}:l{}:i{}", to_string(kind), to_string(arch),
                      to_string(format), to_string(activation), to_string(precision), experts, hidden,
                      intermediate, warps, ntiles, depth, min_blocks, p, bias ? 1 : 0, limit ? 1 : 0,
@@ -88,6 +88,10 @@ KernelKey KernelKey::parse(std::string_view s) {
   k.hidden = parse_prefixed(p[6], 'H', "hidden", s);
   k.intermediate = parse_prefixed(p[7], 'I', "intermediate", s);
   auto tile = p[8];
+  if (!tile.empty() && tile.back() == 'x') {
+    k.x_staged = true;
+    tile.remove_suffix(1);
+  }
   const auto fpos = tile.find('f');
   if (fpos != std::string_view::npos) {
     k.l2_ahead = parse_int_field(tile.substr(fpos + 1), "l2_ahead", s);
@@ -102,7 +106,7 @@ KernelKey KernelKey::parse(std::string_view s) {
   if (tile.empty() || tile[0] != 'w' || npos == std::string_view::npos || dpos == std::string_view::npos ||
       opos == std::string_view::npos || !(npos < dpos && dpos < opos) ||
       (ppos != std::string_view::npos && ppos < opos))
-    throw Error(fmt::format("kernel key '{}': tile field '{}' must look like w4n1d2o0 (or w8n1d8o2p2, w4n1d1o8c4, w8n1d1o4c4f2)",
+    throw Error(fmt::format("kernel key '{}': tile field '{}' must look like w4n1d2o0 (or w8n1d8o2p2, w4n1d1o8c4, w8n1d1o4c4f2, w4n1d1o8c4x)",
                             s, p[8]));
   k.warps = parse_int_field(tile.substr(1, npos - 1), "warps", s);
   k.ntiles = parse_int_field(tile.substr(npos + 1, dpos - npos - 1), "ntiles", s);
@@ -170,6 +174,10 @@ KernelKey KernelKey::normalized() const {
   // Only the register-fed kernels walk a ring that can run ahead of (decode_fc1_stream copies whole
   // stages into shared memory instead).
   if (k.kind == KernelKind::decode_fc1_stream) k.l2_ahead = 0;
+  // Only FC1's grid kernel stages x (one item per CTA; the layer input is complete at launch).
+  if (k.kind != KernelKind::decode_fc1) k.x_staged = false;
+  if (k.x_staged && k.ntiles != 1)
+    throw Error(fmt::format("kernel key {}: a staged x row serves one 8-column tile (ntiles 1)", str()));
   if (k.columns != 8 && k.columns != 4)
     throw Error(fmt::format("kernel key {}: columns must be 8 (a pair in every MMA column) or 4 (even columns)", str()));
   if ((k.kind == KernelKind::decode_fc2_sum || k.kind == KernelKind::decode_fc1_loop ||

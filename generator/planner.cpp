@@ -143,7 +143,7 @@ bool variant_from_env(const char* name, std::string_view on, std::string_view of
   throw Error(fmt::format("{}='{}' must be {} or {}", name, env, off, on));
 }
 
-// MOEJIT_DECODE_TILE="w<warps>d<depth>[o<CTAs per SM>][p<parts>][c<columns>][f<L2 prefetch>]" overrides
+// MOEJIT_DECODE_TILE="w<warps>d<depth>[o<CTAs per SM>][p<parts>][c<columns>][f<L2 prefetch>][x<0|1>]" overrides
 // the decode tile of FC1 and FC2 (decode_fc1_stream: d = stages, p = chunks per warp and stage),
 // MOEJIT_DECODE_TILE_FC1 / _FC2 one kernel only (they win over the shared one), for tuning sweeps with
 // `moejit bench` (keys stay canonical, so the cache and prewarm see exactly what runs).
@@ -155,10 +155,10 @@ void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
     env = std::getenv(name);
   }
   if (!env || !*env) return;
-  // Letter-number fields in the order w, d, o, p, c, f; w and d required.
-  const std::string_view text(env), order("wdopcf");
-  int value[6] = {0, 0, 0, 1, 8, 0};
-  bool seen[6] = {false, false, false, false, false, false};
+  // Letter-number fields in the order w, d, o, p, c, f, x; w and d required.
+  const std::string_view text(env), order("wdopcfx");
+  int value[7] = {0, 0, 0, 1, 8, 0, 0};
+  bool seen[7] = {false, false, false, false, false, false, false};
   size_t at = 0, last = 0;
   bool ok = true;
   while (ok && at < text.size()) {
@@ -174,10 +174,11 @@ void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
   }
   ok = ok && seen[0] && seen[1] && value[0] >= 1 && value[0] <= 16 && value[1] >= 1 && value[1] <= 8 &&
        value[2] >= 0 && value[2] <= 32 && value[3] >= 1 && value[3] <= 8 && (value[4] == 8 || value[4] == 4) &&
-       value[5] >= 0 && value[5] <= 16;
+       value[5] >= 0 && value[5] <= 16 && (value[6] == 0 || value[6] == 1);
   if (!ok)
-    throw Error(fmt::format("{}='{}' must look like w4d2, w4d2o6, w8d4o2p2, w4d4p4, w4d1o8c4 or w8d1o4c4f2 (warps 1..16, "
-                            "depth 1..8, CTAs per SM 0..32, parts 1..8, columns 8 or 4, L2 prefetch 0..16 chunks)",
+    throw Error(fmt::format("{}='{}' must look like w4d2, w4d2o6, w8d4o2p2, w4d4p4, w4d1o8c4, w8d1o4c4f2 or w4d1o8c4x1 "
+                            "(warps 1..16, depth 1..8, CTAs per SM 0..32, parts 1..8, columns 8 or 4, L2 prefetch "
+                            "0..16 chunks, staged x 0 or 1)",
                             name, env));
   k.warps = value[0];
   k.depth = value[1];
@@ -185,6 +186,7 @@ void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
   if (seen[3]) k.parts = value[3];
   if (seen[4]) k.columns = value[4];
   if (seen[5]) k.l2_ahead = value[5];
+  if (seen[6]) k.x_staged = value[6] == 1;
 }
 
 // FC1 with inline routing: one CTA per item (grid), one wave walking the items (loop), or that wave
@@ -325,6 +327,14 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   }
   fc1.columns = decode_columns(tokens, fc1);
   fc2.columns = decode_columns(tokens, fc2);
+  // One token: MXFP4's FC1 grid without the activation ring stages its x row in shared memory, times
+  // 2^64, once per warp (KernelKey::x_staged), so no step waits on its own x load or multiplies it.
+  // Same runs, µs at M = 1, staged : per-step loads: DeepSeek-V3 MXFP4 (no ring at 8 CTAs per SM) 55.0,
+  // 54.9 : 56.2, 56.1; gpt-oss (its ring already loads x a chunk ahead) 25.3, 25.1 : 25.0, 24.7. The
+  // pieces read from shared memory without the copy (an upper bound): NVFP4 DeepSeek-V3 61.4, 60.5 ->
+  // 60.7, 60.4, within noise, so NVFP4 keeps the per-step loads.
+  fc1.x_staged = tokens == 1 && fc1.kind == KernelKind::decode_fc1 && spec.format == ScaleFormat::mxfp4 &&
+                 fc1.ntiles == 1 && plan.launch != DecodeLaunch::cooperative && !decode_activation_ring(fc1);
   apply_tuning_overrides(fc1, "MOEJIT_DECODE_TILE_FC1");
   apply_tuning_overrides(fc2, "MOEJIT_DECODE_TILE_FC2");
   if (plan.launch == DecodeLaunch::cooperative) {

@@ -15,6 +15,11 @@
 #endif
 inline constexpr int kL2AheadChunks = MOEJIT_L2_AHEAD_CHUNKS;
 static_assert(kL2AheadChunks >= 0 && kL2AheadChunks <= 16, "l2_ahead is 0..16 chunks");
+// FC1 at one token stages its x row in shared memory (the key's x_staged; see slab_mma's x_stage).
+#ifndef MOEJIT_X_STAGED
+#define MOEJIT_X_STAGED 0
+#endif
+inline constexpr bool kXStaged = MOEJIT_X_STAGED != 0;
 
 template <bool kNvfp4>
 struct ScaleGeometry {
@@ -102,6 +107,8 @@ MOEJIT_DEVICE void chunk_mma(const u32x4 (&wc)[kMats], const u32x2 (&sc)[kMats],
 // column (lane/4) of n-tile nt, or nullptr (column contributes zeros). kScaleB: the rows hold plain
 // activations, multiplied by 2^64 here; otherwise they were stored multiplied (FC1's output).
 // kPrefetchX: see the activation ring below. part: which of the kParts K parts this warp computes.
+// x_stage (kXStaged FC1 only): this warp's shared-memory area of its part's chunks x 16 pieces; every
+// column of the pass must hold a pair of one token (decode at one token).
 //
 // Each warp walks its part's chunks (part, part + kParts, ...) with running pointers, kDepth chunks ahead, so
 // each lane keeps kDepth * kMats 16-byte weight loads in flight. Each scale block's MMA result is
@@ -109,7 +116,8 @@ MOEJIT_DEVICE void chunk_mma(const u32x4 (&wc)[kMats], const u32x2 (&sc)[kMats],
 // the tensor cores as placed bits.
 template <bool kNvfp4, int kK, int kMats, int kParts, int kNT, int kCols, int kDepth, bool kScaleB, bool kPrefetchX>
 MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_rows)[kNT], int live_tiles,
-                            float (&acc)[kNT][kMats][4], bool wait_primary_after_prefetch, int part) {
+                            float (&acc)[kNT][kMats][4], bool wait_primary_after_prefetch, int part,
+                            u32x2* x_stage = nullptr) {
   using SG = ScaleGeometry<kNvfp4>;
   constexpr int kChunks = (kK + 63) / 64;
   constexpr int kWStride = kParts * kMats * 32;               // u32x4 runs per step of a part
@@ -179,6 +187,23 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   // Chunk i's pieces live in slot i % kXRing; an even ring holds them in two slots (chunk parity is
   // known at compile time), since they only ever run one chunk ahead.
   constexpr int kXRing = kRing % 2 == 0 ? 2 : kRing;
+  // Staged x: the warp first copies its part of the token's row, times 2^64, into x_stage (piece (chunk
+  // c, step st, lane quad) at c * 16 + st * 4 + quad, zeros past K), and every step then reads its
+  // piece from there: no global load and no multiply per step, and the copy's loads leave together.
+  constexpr bool kStageX = kXStaged && kScaleB;
+  static_assert(!kStageX || kNT == 1, "a staged x row serves one token tile");
+  if constexpr (kStageX) {
+    const u16* row = reinterpret_cast<const u16*>(
+        __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(b_rows[0]), 0));  // column 0 holds a pair
+    if (b_rows[0] != nullptr && b_rows[0] != row) __trap();  // more than one token: a planner bug
+    for (int i = lane; i < my_chunks * 16; i += 32) {
+      const int k = (part + (i >> 4) * kParts) * 64 + ((i >> 2) & 3) * 16 + 4 * (i & 3);
+      const u32x2 v = kK % 64 == 0 || k < kK ? ld_nc_8(row + k) : u32x2{0u, 0u};
+      x_stage[i] = u32x2{bf16x2_mul(v.x, kActScaleBf16x2), bf16x2_mul(v.y, kActScaleBf16x2)};
+    }
+    __syncwarp();
+  }
+  const u32x2* xs = kStageX ? x_stage + (lane & 3) : nullptr;  // this lane's piece of the next chunk, step 0
   u32x2 xq[kXRing][kNT][4];
   const u16* xp[kNT];
   bool x_live[kNT];
@@ -197,13 +222,15 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
       for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int st = 0; st < 4; ++st)
-          xq[slot][nt][st] = x_live[nt] && (kK % 64 == 0 || kx + 16 * st < kK) ? ld_x(xp[nt] + 16 * st)
-                                                                               : u32x2{0u, 0u};
+          xq[slot][nt][st] = kStageX ? (x_live[nt] ? xs[4 * st] : u32x2{0u, 0u})
+                             : x_live[nt] && (kK % 64 == 0 || kx + 16 * st < kK) ? ld_x(xp[nt] + 16 * st)
+                                                                                  : u32x2{0u, 0u};
     }
     ++x_issued;
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) xp[nt] += kXStride;
     kx += kXStride;
+    if (kStageX) xs += 16;
   };
   if (kPrefetchX) issue_x(0);
 
@@ -217,9 +244,11 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
       issue((j + kDepth) % kRing);
       issue_x(kPrefetchX ? (j + 1) % kRing % kXRing : j);
       if (kPinLoads) asm volatile("bar.warp.sync -1;" ::: "memory");
-      chunk_mma<kNvfp4, kMats, kNT, kCols, kScaleB>(wq[j], sq[j], live_tiles, acc, [&](int nt, int st) {
+      // Staged pieces are already times 2^64.
+      chunk_mma<kNvfp4, kMats, kNT, kCols, kScaleB && !kStageX>(wq[j], sq[j], live_tiles, acc, [&](int nt, int st) {
         // Without the ring each step loads its own piece right here (fewer live registers).
         return kPrefetchX ? xq[j % kXRing][nt][st]
+               : kStageX  ? (x_live[nt] ? xs[4 * st - 16] : u32x2{0u, 0u})
                : x_live[nt] && (kK % 64 == 0 || kx - kXStride + 16 * st < kK) ? ld_x(xp[nt] - kXStride + 16 * st)
                                                                                : u32x2{0u, 0u};
       });

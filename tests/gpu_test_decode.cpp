@@ -266,6 +266,38 @@ TEST_CASE("L2 prefetch distances change no output bit", "[gpu][variants][prefetc
   }
 }
 
+TEST_CASE("a staged x row changes no output bit", "[gpu][variants][staged]") {
+  // At one token FC1's warps may copy their part of x, times 2^64, into shared memory and read their
+  // MMA pieces from there (x_staged): the MMA inputs are the same bits, so the outputs must be too.
+  // Shapes: H = 352 (the last chunk half past K), parts of 1-6 chunks, rings with and without the
+  // activation ring (w4d1 at 8 CTAs per SM has none), 4 and 8 columns, and a token routed twice to one
+  // expert (two columns of one row).
+  const ScopedEnv guard{"MOEJIT_DECODE_FC1", "MOEJIT_DECODE_TILE_FC1"};
+  uint64_t seed = 9700;
+  for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4})
+    for (int hidden : {352, 2880}) {
+      LayerSpec spec = format_spec(f, 8, 4, hidden, 480);
+      HostLayer host = make_random_layer(spec, ++seed);
+      auto layer = runtime().prepare(host);
+      ::setenv("MOEJIT_DECODE_FC1", "grid", 1);
+      for (const char* tile : {"w4d1o8", "w4d1o6c4", "w2d2c4", "w1d1", "w8d1"})
+        for (bool twice : {false, true}) {
+          INFO(fmt::format("{} H={} tile {} routed twice {}", to_string(f), hidden, tile, twice));
+          HostInputs in = make_random_inputs(spec, 1, ++seed, true);
+          if (twice) in.topk_ids[1] = spec.expert_begin + 2, in.topk_ids[2] = spec.expert_begin + 2;
+          DeviceInputs d = upload_inputs(runtime(), *layer, in, 1);
+          ::setenv("MOEJIT_DECODE_TILE_FC1", fmt::format("{}x0", tile).c_str(), 1);
+          REQUIRE(!runtime().plan(*layer, 1).kernels.front().x_staged);
+          const auto loaded = run_poisoned(runtime(), *layer, d, 1);
+          ::setenv("MOEJIT_DECODE_TILE_FC1", fmt::format("{}x1", tile).c_str(), 1);
+          REQUIRE(runtime().plan(*layer, 1).kernels.front().x_staged);
+          const auto staged = run_poisoned(runtime(), *layer, d, 1);
+          CHECK(staged == loaded);
+          check_agreement(compare(to_float(staged), reference_forward(host, in).out_f64), /*with_cosine=*/false);
+        }
+    }
+}
+
 TEST_CASE("ids outside the local range contribute nothing; all-invalid rows are zero", "[gpu][routing]") {
   LayerSpec spec = small_spec(ScaleFormat::mxfp4, Activation::silu, true, false);
   HostLayer host = make_random_layer(spec, 5);

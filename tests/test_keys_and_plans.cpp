@@ -64,6 +64,7 @@ std::vector<KernelKey> sample_keys() {
             k.parts = 1 + variant;  // decode_fc2_sum and decode_fc1_stream only; normalization resets it elsewhere
             k.columns = variant % 2 ? 4 : 8;
             k.l2_ahead = 2 * variant;  // 0 for decode_fc1_stream after normalization
+            k.x_staged = variant == 0;   // decode_fc1 only; normalization resets it elsewhere
             k.inline_route = variant == 3 || kind == KernelKind::decode_fc2_sum || kind == KernelKind::decode_fc1_loop ||
                              kind == KernelKind::decode_fc1_stream;
             keys.push_back(k.normalized());
@@ -166,6 +167,17 @@ TEST_CASE("normalization resets fields a kind ignores and rejects impossible key
   CHECK_THROWS_WITH(k.normalized(), Catch::Contains("l2_ahead must be in [0, 16]"));
   k.l2_ahead = 0;
   CHECK(k.normalized().str().find(":w4n1d1o0p4c4:") != std::string::npos);
+
+  // A staged x row (tile suffix x) is decode_fc1's, one token tile only.
+  k.x_staged = true;
+  CHECK(!k.normalized().x_staged);
+  k.kind = KernelKind::decode_fc1;
+  CHECK(k.normalized().str().find(":w4n1d1o0c4x:") != std::string::npos);
+  CHECK(KernelKey::parse(k.normalized().str()) == k.normalized());
+  k.ntiles = 2;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("ntiles 1"));
+  k.ntiles = 1;
+  k.x_staged = false;
 }
 
 TEST_CASE("malformed key strings are rejected with the field named", "[keys]") {
@@ -340,12 +352,29 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   ::setenv("MOEJIT_DECODE_TILE_FC2", "w16d1", 1);
   CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[1].l2_ahead == 2);
   ::unsetenv("MOEJIT_DECODE_TILE_FC2");
-  for (const char* bad : {"w4d1c3", "w4p2d1", "w4d1o2x", "d1w4", "w4d1f17", "w4d1f2c4"}) {
+  for (const char* bad : {"w4d1c3", "w4p2d1", "w4d1o2x", "d1w4", "w4d1f17", "w4d1f2c4", "w4d1x2", "w4d1x1f2"}) {
     ::setenv("MOEJIT_DECODE_TILE_FC1", bad, 1);
     CHECK_THROWS_WITH(make_plan(ds, Arch::sm_90a, 2, 132), Catch::Contains("must look like"));
   }
   ::unsetenv("MOEJIT_DECODE_TILE_FC1");
   ::unsetenv("MOEJIT_DECODE_FC1");
+  // At one token MXFP4's FC1 grid stages x where it has no activation ring (DeepSeek-V3 MXFP4 at 8
+  // CTAs per SM); gpt-oss's ring and NVFP4 keep their loads; x0/x1 override.
+  LayerSpec ds_mx = ds;
+  ds_mx.format = ScaleFormat::mxfp4;
+  const KernelKey ds_mx_fc1 = make_plan(ds_mx, Arch::sm_90a, 1, 132).kernels[0];
+  CHECK(ds_mx_fc1.x_staged);
+  CHECK(ds_mx_fc1.str().find(":w4n1d1o8c4x:") != std::string::npos);
+  CHECK(!decode_activation_ring(ds_mx_fc1));
+  CHECK(!make_plan(ds_mx, Arch::sm_90a, 2, 132).kernels[0].x_staged);
+  CHECK(!make_plan(s, Arch::sm_90a, 1, 132).kernels[0].x_staged);
+  CHECK(decode_activation_ring(make_plan(s, Arch::sm_90a, 1, 132).kernels[0]));
+  CHECK(!make_plan(ds, Arch::sm_90a, 1, 132).kernels[0].x_staged);
+  ::setenv("MOEJIT_DECODE_TILE_FC1", "w4d1o8x1", 1);
+  CHECK(make_plan(ds, Arch::sm_90a, 1, 132).kernels[0].x_staged);
+  ::setenv("MOEJIT_DECODE_TILE_FC1", "w4d1o8c4x0", 1);
+  CHECK(!make_plan(ds_mx, Arch::sm_90a, 1, 132).kernels[0].x_staged);
+  ::unsetenv("MOEJIT_DECODE_TILE_FC1");
   ::setenv("MOEJIT_DECODE_COLUMNS", "8", 1);
   CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[1].columns == 8);
   ::setenv("MOEJIT_DECODE_COLUMNS", "4", 1);

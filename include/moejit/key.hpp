@@ -42,13 +42,18 @@ struct KernelKey {
   // Register-fed decode kernels: chunks past its register ring each warp asks the L2 for ahead of its
   // loads (prefetch.global.L2, no register held), 0..16; 0 asks for nothing. Tile suffix f<n>.
   int l2_ahead = 0;
+  // decode_fc1 at one token: each warp copies its K part of the token's x row, times 2^64, into shared
+  // memory once and reads its MMA pieces from there (no per-step global load and multiply). Tile
+  // suffix x.
+  bool x_staged = false;
   bool bias = false;
   bool limit = false;
   bool inline_route = false;  // decode kernels route inside each CTA (M*K <= 64, E <= 1024): no route launch
 
   // Canonical string, e.g. "decode_fc1:sm_90a:mxfp4:swigluoai:a16:E128:H2880:I2880:w4n1d2o0:b1:l1:i0"
   // (the tile ends in p<parts> when parts != 1: "w8n1d8o2p2", then in c<columns> when columns != 8:
-  // "w4n1d1o8c4", then in f<l2_ahead> when l2_ahead != 0: "w8n1d1o4c4f2").
+  // "w4n1d1o8c4", then in f<l2_ahead> when l2_ahead != 0: "w8n1d1o4c4f2", then in x when x_staged:
+  // "w4n1d1o8c4x").
   std::string str() const;
   // Parses str() output back; throws moejit::Error naming the bad field.
   static KernelKey parse(std::string_view s);
