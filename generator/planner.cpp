@@ -215,6 +215,9 @@ void choose_fc1_stream_tile(KernelKey& k) {
   k.min_blocks = decode_ctas_per_sm(k);
 }
 
+// 64-wide K chunks each warp of a register-fed FC1 CTA walks (K = H, split over the warps).
+int fc1_chunks_per_warp(const KernelKey& fc1) { return ((fc1.hidden + 63) / 64 + fc1.warps - 1) / fc1.warps; }
+
 // MMA columns per n-tile that carry a pair (KernelKey::columns): 4 where no expert has more than 4 pairs
 // (M <= 4, each token routing to distinct experts: one pass over the weights either way, and half the
 // block-scale FMAs), else 8. MXFP4's FC1 gains (gpt-oss M = 1/4 26.1/73.4 -> 24.8/72.2 us, DeepSeek-V3
@@ -230,8 +233,7 @@ int decode_columns(int tokens, const KernelKey& k) {
   const char* env = std::getenv("MOEJIT_DECODE_COLUMNS");
   const bool nvfp4_register_fc1 = k.format == ScaleFormat::nvfp4 &&
                                   (k.kind == KernelKind::decode_fc1 || k.kind == KernelKind::decode_fc1_loop);
-  const int chunks_per_warp = ((k.hidden + 63) / 64 + k.warps - 1) / k.warps;
-  const bool long_nvfp4_fc1_warps = nvfp4_register_fc1 && chunks_per_warp > 16;
+  const bool long_nvfp4_fc1_warps = nvfp4_register_fc1 && fc1_chunks_per_warp(k) > 16;
   if (!env || !*env) return tokens <= 4 && !long_nvfp4_fc1_warps ? 4 : 8;
   const std::string_view v(env);
   if (v == "8") return 8;
@@ -309,18 +311,18 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   // 63.5 at 8).
   const double fc1_ctas = spec.intermediate / 16 * experts_touched;
   const bool fc1_multi_wave = fc1_ctas > static_cast<double>(sms) * decode_ctas_per_sm(fc1);
-  const int fc1_chunks_per_warp = ((spec.hidden + 63) / 64 + fc1.warps - 1) / fc1.warps;
+  const int fc1_warp_chunks = fc1_chunks_per_warp(fc1);
   if (fc1.inline_route && plan.launch != DecodeLaunch::cooperative) {
     // Long slabs (more than 16 chunks per warp, DeepSeek-V3) on several waves stream their weights
     // through shared memory instead (M = 2/4/8, µs, grid : stream: NVFP4 120.5/229.2/397.9 :
     // 117.8/225.1/390.4, MXFP4 115.3/219.8/376.4 : 110.3/210.4/362.2); at M = 1 the grid is one wave
     // and wins (62.8 : 68.1).
     const Fc1Variant v = fc1_variant_from_env(!fc1_multi_wave          ? Fc1Variant::grid
-                                              : fc1_chunks_per_warp <= 16 ? Fc1Variant::loop
+                                              : fc1_warp_chunks <= 16 ? Fc1Variant::loop
                                                                           : Fc1Variant::stream);
     if (v == Fc1Variant::loop) {
       fc1.kind = KernelKind::decode_fc1_loop;
-      if (fc1.ntiles == 1 && fc1.warps == 4 && fc1_chunks_per_warp > 8) fc1.min_blocks = 8;
+      if (fc1.ntiles == 1 && fc1.warps == 4 && fc1_warp_chunks > 8) fc1.min_blocks = 8;
     } else if (v == Fc1Variant::stream) {
       choose_fc1_stream_tile(fc1);
     }

@@ -29,10 +29,12 @@ int kernel_threads(const KernelKey& key);
 // stages, each warps x parts chunks of weights and scales, after its barriers
 // (templates/slab_stream.cuh); 0 for every other kind. Pure; throws moejit::Error for a key that
 // does not normalize.
-// Whether a register-fed decode kernel keeps its activation pieces one chunk ahead in registers (a
-// ring of ~16 registers): FC2 always with one token tile, FC1 only where its register cap leaves 80.
-bool decode_activation_ring(const KernelKey& key);
 int decode_dynamic_smem(const KernelKey& key);
+// Whether a register-fed decode kernel keeps its activation pieces one chunk ahead in registers (a
+// ring of ~16 registers): FC2 always with one token tile, FC1 only where its register cap leaves 80
+// (the generator builds it so; the planner stages x only where it is absent). Pure; throws
+// moejit::Error for a key that does not normalize.
+bool decode_activation_ring(const KernelKey& key);
 // The most dynamic shared memory a CTA may use on the architectures moejit builds for (227 KiB).
 inline constexpr int kMaxDynamicSmem = 227 * 1024;
 // sizeof(InlineRouteList) in templates/inline_route.cuh (checked there by a static_assert).
