@@ -177,6 +177,13 @@ TEST_CASE("normalization resets fields a kind ignores and rejects impossible key
   k.ntiles = 2;
   CHECK_THROWS_WITH(k.normalized(), Catch::Contains("ntiles 1"));
   k.ntiles = 1;
+  // 4 warps of a gated FC1: 47 KiB less a 4 KiB reduction buffer leaves 344 chunks of 128 bytes.
+  const int hidden = k.hidden;
+  k.hidden = 64 * 344;
+  CHECK(k.normalized().x_staged);
+  k.hidden = 64 * 345;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("more than the 44032 left"));
+  k.hidden = hidden;
   k.x_staged = false;
 }
 
