@@ -226,14 +226,15 @@ int fc1_chunks_per_warp(const KernelKey& fc1) { return ((fc1.hidden + 63) / 64 +
 // 110.7/211.2 -> 107.3/205.2, 107.6/204.9). NVFP4's register-fed FC1 (its loads pinned ahead of the
 // MMAs, slab_mma.cuh: kPinLoads) gains where its warps are short, up to 16 chunks (Qwen3-30B-A3B M =
 // 1/2/4, two runs, 8 : 4 columns: 16.1/21.7/34.5 : 15.7/21.1/33.5 and 15.6/20.9/33.5 us; unpinned 4
-// columns 16.0/22.0/34.7), and loses on DeepSeek-V3's 28-chunk warps, where it is issue-bound (M = 1,
-// two runs: 59.8, 59.8 : 63.0, 62.7). MOEJIT_DECODE_COLUMNS=8|4 sets both kernels, for comparisons
-// and tests.
+// columns 16.0/22.0/34.7). On DeepSeek-V3's 28-chunk warps, without the activation ring, ptxas sinks
+// each step's x load next to its MMA in 4 columns, and 4 columns lose (M = 1, two runs: 59.8, 59.8 :
+// 63.0, 62.7) unless x is staged (k.x_staged: 60.6, 59.9 : 59.0, 59.0; 8 columns staged 61.1, 61.3).
+// MOEJIT_DECODE_COLUMNS=8|4 sets both kernels, for comparisons and tests.
 int decode_columns(int tokens, const KernelKey& k) {
   const char* env = std::getenv("MOEJIT_DECODE_COLUMNS");
   const bool nvfp4_register_fc1 = k.format == ScaleFormat::nvfp4 &&
                                   (k.kind == KernelKind::decode_fc1 || k.kind == KernelKind::decode_fc1_loop);
-  const bool long_nvfp4_fc1_warps = nvfp4_register_fc1 && fc1_chunks_per_warp(k) > 16;
+  const bool long_nvfp4_fc1_warps = nvfp4_register_fc1 && fc1_chunks_per_warp(k) > 16 && !k.x_staged;
   if (!env || !*env) return tokens <= 4 && !long_nvfp4_fc1_warps ? 4 : 8;
   const std::string_view v(env);
   if (v == "8") return 8;
@@ -327,16 +328,15 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
       choose_fc1_stream_tile(fc1);
     }
   }
+  // One token: an FC1 grid without the activation ring stages its x row in shared memory, times 2^64,
+  // once per warp (KernelKey::x_staged), so no step waits on its own x load or multiplies it. Same runs,
+  // µs at M = 1, staged : per-step loads: DeepSeek-V3 MXFP4 (no ring at 8 CTAs per SM) 55.0, 54.9 :
+  // 56.2, 56.1; DeepSeek-V3 NVFP4 in 4 columns (decode_columns) 59.0, 59.0 : 60.6, 59.9 in 8; gpt-oss
+  // (its ring already loads x a chunk ahead) 25.3, 25.1 : 25.0, 24.7, so only ring-less grids stage.
+  fc1.x_staged = tokens == 1 && fc1.kind == KernelKind::decode_fc1 && fc1.ntiles == 1 &&
+                 plan.launch != DecodeLaunch::cooperative && !decode_activation_ring(fc1);
   fc1.columns = decode_columns(tokens, fc1);
   fc2.columns = decode_columns(tokens, fc2);
-  // One token: MXFP4's FC1 grid without the activation ring stages its x row in shared memory, times
-  // 2^64, once per warp (KernelKey::x_staged), so no step waits on its own x load or multiplies it.
-  // Same runs, µs at M = 1, staged : per-step loads: DeepSeek-V3 MXFP4 (no ring at 8 CTAs per SM) 55.0,
-  // 54.9 : 56.2, 56.1; gpt-oss (its ring already loads x a chunk ahead) 25.3, 25.1 : 25.0, 24.7. The
-  // pieces read from shared memory without the copy (an upper bound): NVFP4 DeepSeek-V3 61.4, 60.5 ->
-  // 60.7, 60.4, within noise, so NVFP4 keeps the per-step loads.
-  fc1.x_staged = tokens == 1 && fc1.kind == KernelKind::decode_fc1 && spec.format == ScaleFormat::mxfp4 &&
-                 fc1.ntiles == 1 && plan.launch != DecodeLaunch::cooperative && !decode_activation_ring(fc1);
   apply_tuning_overrides(fc1, "MOEJIT_DECODE_TILE_FC1");
   apply_tuning_overrides(fc2, "MOEJIT_DECODE_TILE_FC2");
   if (plan.launch == DecodeLaunch::cooperative) {

@@ -297,9 +297,12 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK(decode_dynamic_smem(d4.kernels[0]) == 128 + 3 * 16 * 2 * (512 + 64));
   CHECK(kernel_threads(d4.kernels[0]) == 160);
   CHECK(d4.kernels[0].columns == 4);  // streaming FC1, both formats
-  // NVFP4's register-fed FC1 keeps 8 columns on DeepSeek's 28-chunk warps, takes 4 on short ones
-  // (Qwen3-30B-A3B: H = 2048 is 32 chunks, 4/8/16 per warp at M = 1/2/4).
-  CHECK(make_plan(ds, Arch::sm_90a, 1, 132).kernels[0].columns == 8);
+  // NVFP4's register-fed FC1 keeps 8 columns on DeepSeek's 28-chunk warps unless x is staged (M = 1),
+  // takes 4 on short ones (Qwen3-30B-A3B: H = 2048 is 32 chunks, 4/8/16 per warp at M = 1/2/4).
+  CHECK(make_plan(ds, Arch::sm_90a, 1, 132).kernels[0].columns == 4);
+  ::setenv("MOEJIT_DECODE_FC1", "grid", 1);
+  CHECK(make_plan(ds, Arch::sm_90a, 2, 132).kernels[0].columns == 8);
+  ::unsetenv("MOEJIT_DECODE_FC1");
   const LayerSpec qw = load_model_config("qwen3-30b-a3b").local();
   for (int m : {1, 2, 4}) {
     const KernelKey q_fc1 = make_plan(qw, Arch::sm_90a, m, 132).kernels[0];
@@ -365,8 +368,8 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   }
   ::unsetenv("MOEJIT_DECODE_TILE_FC1");
   ::unsetenv("MOEJIT_DECODE_FC1");
-  // At one token MXFP4's FC1 grid stages x where it has no activation ring (DeepSeek-V3 MXFP4 at 8
-  // CTAs per SM); gpt-oss's ring and NVFP4 keep their loads; x0/x1 override.
+  // At one token an FC1 grid stages x where it has no activation ring (DeepSeek-V3 at 8 CTAs per SM,
+  // both formats); gpt-oss's and Qwen3's rings keep their loads; x0/x1 override.
   LayerSpec ds_mx = ds;
   ds_mx.format = ScaleFormat::mxfp4;
   const KernelKey ds_mx_fc1 = make_plan(ds_mx, Arch::sm_90a, 1, 132).kernels[0];
@@ -376,9 +379,11 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK(!make_plan(ds_mx, Arch::sm_90a, 2, 132).kernels[0].x_staged);
   CHECK(!make_plan(s, Arch::sm_90a, 1, 132).kernels[0].x_staged);
   CHECK(decode_activation_ring(make_plan(s, Arch::sm_90a, 1, 132).kernels[0]));
-  CHECK(!make_plan(ds, Arch::sm_90a, 1, 132).kernels[0].x_staged);
-  ::setenv("MOEJIT_DECODE_TILE_FC1", "w4d1o8x1", 1);
-  CHECK(make_plan(ds, Arch::sm_90a, 1, 132).kernels[0].x_staged);
+  const KernelKey ds_fc1 = make_plan(ds, Arch::sm_90a, 1, 132).kernels[0];
+  CHECK(ds_fc1.str().find(":w4n1d1o8c4x:") != std::string::npos);
+  CHECK(!make_plan(qw, Arch::sm_90a, 1, 132).kernels[0].x_staged);
+  ::setenv("MOEJIT_DECODE_TILE_FC1", "w4d1o6c4x1", 1);
+  CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[0].x_staged);
   ::setenv("MOEJIT_DECODE_TILE_FC1", "w4d1o8c4x0", 1);
   CHECK(!make_plan(ds_mx, Arch::sm_90a, 1, 132).kernels[0].x_staged);
   ::unsetenv("MOEJIT_DECODE_TILE_FC1");
