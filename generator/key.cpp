@@ -178,19 +178,6 @@ KernelKey KernelKey::normalized() const {
   if (k.kind != KernelKind::decode_fc1) k.x_staged = false;
   if (k.x_staged && k.ntiles != 1)
     throw Error(fmt::format("kernel key {}: a staged x row serves one 8-column tile (ntiles 1)", str()));
-  // The staged row is static shared memory beside the cross-warp reduction buffer and the routing state
-  // (templates/moe_decode_fc1.cuh): each warp's part at 128 bytes per chunk, all within the 48 KiB a
-  // kernel may declare statically (1 KiB kept for the routing state).
-  if (k.x_staged) {
-    const int chunks = (k.hidden + 63) / 64;
-    const int stage_bytes = k.warps * ((chunks + k.warps - 1) / k.warps) * 128;
-    const int mats = k.activation == Activation::relu2 ? 1 : 2;
-    const int reduction_bytes = k.warps > 1 ? k.warps * mats * 4 * 32 * 4 : 0;
-    if (stage_bytes + reduction_bytes > 47 * 1024)
-      throw Error(fmt::format("kernel key {}: a staged x row takes {} bytes of shared memory, more than the {} left "
-                              "beside the reduction buffer",
-                              str(), stage_bytes, 47 * 1024 - reduction_bytes));
-  }
   if (k.columns != 8 && k.columns != 4)
     throw Error(fmt::format("kernel key {}: columns must be 8 (a pair in every MMA column) or 4 (even columns)", str()));
   if ((k.kind == KernelKind::decode_fc2_sum || k.kind == KernelKind::decode_fc1_loop ||
