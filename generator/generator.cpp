@@ -98,11 +98,12 @@ GeneratedSource generate_source(const KernelKey& raw) {
     case KernelKind::decode_fc1_loop:
     case KernelKind::decode_fused: {
       // A staged x row is static shared memory beside the cross-warp reduction buffer and the routing
-      // state (templates/moe_decode_fc1.cuh): each warp's part at 128 bytes per chunk, all within the
+      // state (templates/moe_decode_fc1.cuh): each warp's part at 128 bytes per chunk after 256 bytes of
+      // zeros (slab_mma.cuh: kStageZeros), all within the
       // 48 KiB a kernel may declare statically (1 KiB kept for the routing state).
       if (key.x_staged) {
         const int chunks = (key.hidden + 63) / 64;
-        const int stage_bytes = key.warps * ((chunks + key.warps - 1) / key.warps) * 128;
+        const int stage_bytes = key.warps * (256 + (chunks + key.warps - 1) / key.warps * 128);  // kStageZeros
         const int reduction_bytes = key.warps > 1 ? key.warps * fc1_mats(key) * 4 * 32 * 4 : 0;
         if (stage_bytes + reduction_bytes > 47 * 1024)
           throw Error(fmt::format("kernel key {}: a staged x row takes {} bytes of shared memory, more than the {} "

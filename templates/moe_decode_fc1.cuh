@@ -44,9 +44,11 @@ __device__ void moe_decode_fc1_work(const DecodeFc1Params& p, const ExpertWork& 
   constexpr int kChunks = (kH + 63) / 64;
   constexpr int kSlabs = kI / 16;
   __shared__ float red[kWarps > 1 ? kWarps * kNT * kMats * 4 * 32 : 1];
-  // Staged x (one token): each warp's part of the row, 16 pieces of 8 bytes per chunk.
+  // Staged x (one token): per warp kStageZeros zero pieces, then its part of the row, 16 pieces of 8
+  // bytes per chunk.
   constexpr int kPartChunks = (kChunks + kWarps - 1) / kWarps;
-  __shared__ u32x2 x_stage[kXStaged ? kWarps * kPartChunks * 16 : 1];
+  constexpr int kStageArea = kStageZeros + kPartChunks * 16;
+  __shared__ u32x2 x_stage[kXStaged ? kWarps * kStageArea : 1];
   const int warp = threadIdx.x >> 5;
   const SlabOperands ops = slab_operands<kNvfp4, kChunks, kMats, kSlabs>(p.w, p.s, p.gscale, work.expert, slab);
 
@@ -56,7 +58,7 @@ __device__ void moe_decode_fc1_work(const DecodeFc1Params& p, const ExpertWork& 
         pass, work.count, [&](int t) { return p.x + (size_t)(work.pairs[t] / p.route.top_k) * kH; }, rows);
     float acc[kNT][kMats][4];
     slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kCols, kDepth, true, kPrefetchX>(ops.w, ops.s, rows, live, acc, false, warp,
-                                                                                     x_stage + (kXStaged ? warp * kPartChunks * 16 : 0));
+                                                                                     x_stage + (kXStaged ? warp * kStageArea : 0));
     reduce_over_warps<kMats, kWarps, kNT>(acc, red);
     if (warp == 0) fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, kCols>(p, work, slab, pass, live, acc, ops.gs);
     __syncthreads();  // red is reused by the next pass

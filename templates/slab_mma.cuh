@@ -20,6 +20,8 @@ static_assert(kL2AheadChunks >= 0 && kL2AheadChunks <= 16, "l2_ahead is 0..16 ch
 #define MOEJIT_X_STAGED 0
 #endif
 inline constexpr bool kXStaged = MOEJIT_X_STAGED != 0;
+// Zero pieces (8 bytes each) at the front of each warp's staged x area, read by lanes without a pair.
+inline constexpr int kStageZeros = 32;
 
 template <bool kNvfp4>
 struct ScaleGeometry {
@@ -107,8 +109,8 @@ MOEJIT_DEVICE void chunk_mma(const u32x4 (&wc)[kMats], const u32x2 (&sc)[kMats],
 // column (lane/4) of n-tile nt, or nullptr (column contributes zeros). kScaleB: the rows hold plain
 // activations, multiplied by 2^64 here; otherwise they were stored multiplied (FC1's output).
 // kPrefetchX: see the activation ring below. part: which of the kParts K parts this warp computes.
-// x_stage (kXStaged FC1 only): this warp's shared-memory area of its part's chunks x 16 pieces; every
-// column of the pass must hold a pair of one token (decode at one token).
+// x_stage (kXStaged FC1 only): this warp's shared-memory area of kStageZeros + its part's chunks x 16
+// pieces; every column of the pass that holds a pair must hold the same token (decode at one token).
 //
 // Each warp walks its part's chunks (part, part + kParts, ...) with running pointers, kDepth chunks ahead, so
 // each lane keeps kDepth * kMats 16-byte weight loads in flight. Each scale block's MMA result is
@@ -188,22 +190,31 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   // known at compile time), since they only ever run one chunk ahead.
   constexpr int kXRing = kRing % 2 == 0 ? 2 : kRing;
   // Staged x: the warp first copies its part of the token's row, times 2^64, into x_stage (piece (chunk
-  // c, step st, lane quad) at c * 16 + st * 4 + quad, zeros past K), and every step then reads its
-  // piece from there: no global load and no multiply per step, and the copy's loads leave together.
+  // c, step st, lane quad) at kStageZeros + c * 16 + st * 4 + quad, zeros past K), and every step then
+  // reads its piece from there: no global load and no multiply per step, and the copy's loads leave
+  // together. The area's first kStageZeros pieces are zeros, which the lanes of columns without a pair
+  // read at a fixed place (their pointer does not advance): one unpredicated shared load per step for
+  // every lane, instead of a zeroing move and a predicated load.
   constexpr bool kStageX = kXStaged && kScaleB;
   static_assert(!kStageX || kNT == 1, "a staged x row serves one token tile");
   if constexpr (kStageX) {
     const u16* row = reinterpret_cast<const u16*>(
         __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(b_rows[0]), 0));  // column 0 holds a pair
     if (b_rows[0] != nullptr && b_rows[0] != row) __trap();  // more than one token: a planner bug
+    x_stage[lane] = u32x2{0u, 0u};
     for (int i = lane; i < my_chunks * 16; i += 32) {
       const int k = (part + (i >> 4) * kParts) * 64 + ((i >> 2) & 3) * 16 + 4 * (i & 3);
       const u32x2 v = kK % 64 == 0 || k < kK ? ld_nc_8(row + k) : u32x2{0u, 0u};
-      x_stage[i] = u32x2{bf16x2_mul(v.x, kActScaleBf16x2), bf16x2_mul(v.y, kActScaleBf16x2)};
+      x_stage[kStageZeros + i] = u32x2{bf16x2_mul(v.x, kActScaleBf16x2), bf16x2_mul(v.y, kActScaleBf16x2)};
     }
     __syncwarp();
   }
-  const u32x2* xs = kStageX ? x_stage + (lane & 3) : nullptr;  // this lane's piece of the next chunk, step 0
+  // This lane's piece of the next chunk, step 0, and how far it moves per chunk. The zero pieces cover
+  // both offsets a step reads at (xs[4 st] ahead of the advance with the activation ring, xs[4 st - 16]
+  // after it).
+  const bool stage_live = b_rows[0] != nullptr;
+  const u32x2* xs = kStageX ? x_stage + (stage_live ? kStageZeros : 16) + (lane & 3) : nullptr;
+  const int xs_step = stage_live ? 16 : 0;
   u32x2 xq[kXRing][kNT][4];
   const u16* xp[kNT];
   bool x_live[kNT];
@@ -222,7 +233,7 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
       for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int st = 0; st < 4; ++st)
-          xq[slot][nt][st] = kStageX ? (x_live[nt] ? xs[4 * st] : u32x2{0u, 0u})
+          xq[slot][nt][st] = kStageX ? xs[4 * st]
                              : x_live[nt] && (kK % 64 == 0 || kx + 16 * st < kK) ? ld_x(xp[nt] + 16 * st)
                                                                                   : u32x2{0u, 0u};
     }
@@ -230,7 +241,7 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) xp[nt] += kXStride;
     kx += kXStride;
-    if (kStageX) xs += 16;
+    if (kStageX) xs += xs_step;
   };
   if (kPrefetchX) issue_x(0);
 
@@ -248,7 +259,7 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
       chunk_mma<kNvfp4, kMats, kNT, kCols, kScaleB && !kStageX>(wq[j], sq[j], live_tiles, acc, [&](int nt, int st) {
         // Without the ring each step loads its own piece right here (fewer live registers).
         return kPrefetchX ? xq[j % kXRing][nt][st]
-               : kStageX  ? (x_live[nt] ? xs[4 * st - 16] : u32x2{0u, 0u})
+               : kStageX  ? xs[4 * st - 16]
                : x_live[nt] && (kK % 64 == 0 || kx - kXStride + 16 * st < kK) ? ld_x(xp[nt] - kXStride + 16 * st)
                                                                                : u32x2{0u, 0u};
       });

@@ -177,13 +177,14 @@ TEST_CASE("normalization resets fields a kind ignores and rejects impossible key
   k.ntiles = 2;
   CHECK_THROWS_WITH(k.normalized(), Catch::Contains("ntiles 1"));
   k.ntiles = 1;
-  // 4 warps of a gated FC1: 47 KiB less a 4 KiB reduction buffer leaves 344 chunks of 128 bytes; the
-  // generator refuses more, beside its check of the streaming FC1's ring.
+  // 4 warps of a gated FC1: 47 KiB less a 4 KiB reduction buffer leaves, after each warp's 256 bytes
+  // of zero pieces, 336 chunks of 128 bytes (84 per warp); the generator refuses more, beside its check
+  // of the streaming FC1's ring.
   const int hidden = k.hidden;
-  k.hidden = 64 * 344;
+  k.hidden = 64 * 336;
   CHECK(k.normalized().x_staged);
   CHECK_NOTHROW(generate_source(k));
-  k.hidden = 64 * 345;
+  k.hidden = 64 * 337;
   CHECK_THROWS_WITH(generate_source(k), Catch::Contains("more than the 44032 left"));
   k.hidden = hidden;
   k.x_staged = false;
