@@ -307,7 +307,7 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   // FC1 grids of more than one wave with inline routing and short CTAs (at most 16 chunks per warp):
   // one wave of CTAs walks the items, so later items skip the CTA launch and the routing round trip
   // (gpt-oss M = 4/8: 80.4/148.0 -> 77.2/144.3 µs; DeepSeek's 28-chunk warps gain nothing, M = 2 and
-  // 8 lose 2 %). Warps of 9-16 chunks run it at 8 CTAs per SM, 64 registers without the activation
+  // 8 lose 2 %). Warps of 9-16 chunks run it at 8 CTAs per SM (7 in 4 columns, below), without the activation
   // ring (gpt-oss: 75.8/141.6 µs); 8-chunk warps keep the ring (Qwen3 M=8: 59.6 µs at 6 CTAs per SM,
   // 63.5 at 8).
   const double fc1_ctas = spec.intermediate / 16 * experts_touched;
@@ -337,6 +337,10 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
                  plan.launch != DecodeLaunch::cooperative && !decode_activation_ring(fc1);
   fc1.columns = decode_columns(tokens, fc1);
   fc2.columns = decode_columns(tokens, fc2);
+  // The loop's 9-16-chunk warps in 4 columns run without spills at 72 registers (7 CTAs per SM), where
+  // 64 (8 per SM) spill 40 bytes: gpt-oss M = 4, two runs each, 69.2, 69.4 -> 67.3, 66.8 us. In 8
+  // columns 7 CTAs lose (M = 8/16 138.7/232.1 -> 140.4/236.5), so they keep 8.
+  if (fc1.kind == KernelKind::decode_fc1_loop && fc1.columns == 4 && fc1.min_blocks == 8) fc1.min_blocks = 7;
   apply_tuning_overrides(fc1, "MOEJIT_DECODE_TILE_FC1");
   apply_tuning_overrides(fc2, "MOEJIT_DECODE_TILE_FC2");
   if (plan.launch == DecodeLaunch::cooperative) {

@@ -286,14 +286,20 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK(g1.kernels[1].warps == 16);
   CHECK(g1.kernels[1].parts == 4);
   CHECK(g1.launch == DecodeLaunch::pdl);
-  // gpt-oss M=4: ~15 experts x 180 slabs = 2700 FC1 CTAs of 12-chunk warps: one wave of 8 CTAs per
-  // SM walks the items. DeepSeek M=4 (28 chunks per warp) streams its weights through shared memory
-  // (3 stages of 16 chunks, 3 CTAs per SM); its M=1 grid is one wave and stays a grid. M <= 4 puts
-  // pairs in even MMA columns only, except in NVFP4's register-fed FC1 with long warps.
+  // gpt-oss M=4: ~15 experts x 180 slabs = 2700 FC1 CTAs of 12-chunk warps: one wave of 7 CTAs per
+  // SM (4 columns, 72 registers) walks the items; at M=8 (8 columns) 8 CTAs per SM. DeepSeek M=4 (28
+  // chunks per warp) streams its weights through shared memory (3 stages of 16 chunks, 3 CTAs per
+  // SM); its M=1 grid is one wave and stays a grid. M <= 4 puts pairs in even MMA columns only, except
+  // in NVFP4's register-fed FC1 with long warps.
   const Plan g4 = make_plan(s, Arch::sm_90a, 4, 132);
   CHECK(g4.kernels[0].kind == KernelKind::decode_fc1_loop);
   CHECK(g4.kernels[0].warps == 4);
-  CHECK(g4.kernels[0].min_blocks == 8);
+  CHECK(g4.kernels[0].columns == 4);
+  CHECK(g4.kernels[0].min_blocks == 7);
+  const Plan g8 = make_plan(s, Arch::sm_90a, 8, 132);
+  CHECK(g8.kernels[0].kind == KernelKind::decode_fc1_loop);
+  CHECK(g8.kernels[0].columns == 8);
+  CHECK(g8.kernels[0].min_blocks == 8);
   const Plan d4 = make_plan(ds, Arch::sm_90a, 4, 132);
   CHECK(d4.kernels[0].kind == KernelKind::decode_fc1_stream);
   CHECK(d4.kernels[0].str().find(":w4n1d3o3p4c4:") != std::string::npos);
