@@ -103,7 +103,7 @@ GeneratedSource generate_source(const KernelKey& raw) {
       // 48 KiB a kernel may declare statically (1 KiB kept for the routing state).
       if (key.x_staged) {
         const int chunks = (key.hidden + 63) / 64;
-        const int stage_bytes = key.warps * (256 + (chunks + key.warps - 1) / key.warps * 128);  // kStageZeros
+        const int stage_bytes = key.warps * (256 + (chunks + key.warps - 1) / key.warps * 128);
         const int reduction_bytes = key.warps > 1 ? key.warps * fc1_mats(key) * 4 * 32 * 4 : 0;
         if (stage_bytes + reduction_bytes > 47 * 1024)
           throw Error(fmt::format("kernel key {}: a staged x row takes {} bytes of shared memory, more than the {} "
@@ -115,15 +115,18 @@ GeneratedSource generate_source(const KernelKey& raw) {
       const char* function = fused ? "moe_decode_fused"
                              : key.kind == KernelKind::decode_fc1_loop ? "moe_decode_fc1_loop"
                                                                         : "moe_decode_fc1";
+      // The size check above counts kStageZeros' 256 bytes; the generated source holds the template to it.
+      const char* stage_check =
+          key.x_staged ? "static_assert(kStageZeros * 8 == 256, \"host and device staged-x sizes differ\");\n" : "";
       out.source = header + fmt::format(
-          "#include \"{17}.cuh\"\n"
+          "#include \"{17}.cuh\"\n{19}"
           "extern \"C\" __global__ void __launch_bounds__({0}, {13}) {1}(const {16} p) {{\n"
           "  {15}<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {18}, {11}, {12}, {14}>(p);\n}}\n",
           threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), act_code(key.activation),
           cpp_bool(key.limit), cpp_bool(key.bias), key.experts, key.hidden, key.intermediate, key.warps, key.ntiles,
           key.depth, cpp_bool(key.inline_route), min_blocks, cpp_bool(prefetch_x),
           function, fused ? "DecodeFusedParams" : "DecodeFc1Params", fused ? "moe_decode_fused" : "moe_decode_fc1",
-          key.columns);
+          key.columns, stage_check);
       break;
     }
     case KernelKind::decode_fc1_stream: {

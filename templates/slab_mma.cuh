@@ -209,12 +209,6 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
     }
     __syncwarp();
   }
-  // This lane's piece of the next chunk, step 0, and how far it moves per chunk. The zero pieces cover
-  // both offsets a step reads at (xs[4 st] ahead of the advance with the activation ring, xs[4 st - 16]
-  // after it).
-  const bool stage_live = b_rows[0] != nullptr;
-  const u32x2* xs = kStageX ? x_stage + (stage_live ? kStageZeros : 16) + (lane & 3) : nullptr;
-  const int xs_step = stage_live ? 16 : 0;
   u32x2 xq[kXRing][kNT][4];
   const u16* xp[kNT];
   bool x_live[kNT];
@@ -223,6 +217,11 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
     x_live[nt] = b_rows[nt] != nullptr;
     xp[nt] = (x_live[nt] ? b_rows[nt] : reinterpret_cast<const u16*>(w)) + part * 64 + kofs;
   }
+  // Staged x: this lane's piece of the next chunk, step 0, and how far it moves per chunk. The zero
+  // pieces cover both offsets a step reads at (xs[4 st] ahead of the advance with the activation ring,
+  // xs[4 st - 16] after it).
+  const u32x2* xs = kStageX ? x_stage + (x_live[0] ? kStageZeros : 16) + (lane & 3) : nullptr;
+  const int xs_step = x_live[0] ? 16 : 0;
   // The layer input (kScaleB) is read-only during the forward; FC1's output is not (see ld_act_8).
   auto ld_x = [](const u16* at) { return kScaleB ? ld_nc_8(at) : ld_act_8(at); };
   int x_issued = 0;
