@@ -77,6 +77,9 @@ GeneratedSource generate_source(const KernelKey& raw) {
     header += fmt::format("#define MOEJIT_INLINE_ROUTE_MAX_PAIRS {}\n", kInlineRouteMaxPairs);
   if (key.l2_ahead > 0) header += fmt::format("#define MOEJIT_L2_AHEAD_CHUNKS {}\n", key.l2_ahead);
   if (key.x_staged) header += "#define MOEJIT_X_STAGED 1\n";
+#ifdef MOEJIT_TRACE_BUILD
+  header += "#define MOEJIT_TRACE 1\n";  // a -DMOEJIT_TRACE=ON build (templates/trace.cuh)
+#endif
   switch (key.kind) {
     case KernelKind::prepare:
       out.source = header + fmt::format(

@@ -2,12 +2,45 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
 #include "moejit/error.hpp"
 #include "runtime/driver_api.hpp"
 
 namespace moejit::detail {
 
+namespace {
+// -DMOEJIT_TRACE=ON builds: copies each module's trace records (templates/trace.cuh) to
+// $MOEJIT_TRACE_DIR/<key with ':' -> '_'>.cta.bin / .warp.bin (8 little-endian u64 per record). Best
+// effort: a module without records or a failed copy is skipped.
+void dump_trace_records([[maybe_unused]] const std::map<std::string, CUmodule>& modules) {
+#ifdef MOEJIT_TRACE_BUILD
+  const char* dir = std::getenv("MOEJIT_TRACE_DIR");
+  if (!dir || !*dir) return;
+  for (const auto& [key, mod] : modules)
+    for (const char* symbol : {"moejit_trace_cta", "moejit_trace_warp"}) {
+      CUdeviceptr p = 0;
+      size_t bytes = 0;
+      if (driver().cuModuleGetGlobal(&p, &bytes, mod, symbol) != CUDA_SUCCESS) continue;
+      std::vector<unsigned char> records(bytes);
+      if (driver().cuMemcpyDtoH(records.data(), p, bytes) != CUDA_SUCCESS) continue;
+      std::string name = key;
+      for (char& c : name)
+        if (c == ':') c = '_';
+      const std::string path = fmt::format("{}/{}.{}.bin", dir, name, symbol + 13);  // "cta" / "warp"
+      if (FILE* f = std::fopen(path.c_str(), "wb")) {
+        std::fwrite(records.data(), 1, bytes, f);
+        std::fclose(f);
+      }
+    }
+#endif
+}
+}  // namespace
+
 ModuleRegistry::~ModuleRegistry() {
+  dump_trace_records(modules_);
   for (auto& [k, m] : modules_) driver().cuModuleUnload(m);
 }
 

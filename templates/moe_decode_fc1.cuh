@@ -70,9 +70,13 @@ __device__ void moe_decode_fc1_item(const DecodeFc1Params& p, int slab, int slot
   __shared__ InlineRouteShared route_sh;
   if (kInline && slab == 0 && slot == 0)
     for (int i = threadIdx.x; i < p.num_counters; i += blockDim.x) p.counters[i] = 0;
+  MOEJIT_TRACE_CTA(0);
   const ExpertWork work = expert_work<kInline, kE>(p.route, slot, route_sh);
+  MOEJIT_TRACE_CTA(1);
   if (slot >= work.num_active) return;
+  MOEJIT_TRACE_CTA_KIND(1);
   moe_decode_fc1_work<kNvfp4, kAct, kLimit, kBias, kH, kI, kWarps, kNT, kCols, kDepth, kPrefetchX>(p, work, slab);
+  MOEJIT_TRACE_CTA(6);
 }
 
 // One CTA per (slab, slot) item.

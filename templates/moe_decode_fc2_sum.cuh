@@ -17,10 +17,18 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
   __shared__ float red[kInlineMaxPairs * kParts * 16];  // raw sums [pair q][part][row of the slab]
   __shared__ InlineRouteList route;
   const int slab = blockIdx.x;
+  MOEJIT_TRACE_CTA(0);
+  MOEJIT_TRACE_CTA_KIND(2);
   inline_route_list<kE>(p.route.topk_ids, p.route.pairs, p.route.expert_begin, route);
+  MOEJIT_TRACE_CTA(1);
   const int warp = threadIdx.x >> 5;
   const int units = route.num_active * kParts;
   bool waited = false;
+#ifdef MOEJIT_TRACE
+  MOEJIT_TRACE_WARP(0, trace_now());
+  MOEJIT_TRACE_WARP(7, 3ull << 32 | trace_smid());
+  int traced_chunks = 0, traced_units = 0;
+#endif
   for (int u = warp; u < units; u += kWarps) {
     const int slot = u / kParts, part = u % kParts;
     const int e = route.expert[slot];
@@ -33,6 +41,13 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
       float acc[kNT][1][4];
       // The warp's first unit waits for FC1 after issuing its first weight loads.
       slab_mma<kNvfp4, kI, 1, kParts, kNT, kCols, kDepth, false, kPrefetchX>(ops.w, ops.s, rows, live, acc, !waited, part);
+#ifdef MOEJIT_TRACE
+      if (!waited) MOEJIT_TRACE_WARP(1, trace_now());
+      MOEJIT_TRACE_WARP(2, trace_now());
+      traced_chunks += part < kChunks ? (kChunks - 1 - part) / kParts + 1 : 0;
+      MOEJIT_TRACE_WARP(4, (u64)traced_chunks);
+      MOEJIT_TRACE_WARP(5, (u64)++traced_units);
+#endif
       waited = true;
       for_each_pass_result<kNT, kCols>(pass, live, count, [&](int nt, int i, int t, int r) {
         red[(route.pair[first + t] * kParts + part) * 16 + r] = acc[nt][0][i];
@@ -41,7 +56,11 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
   }
   // Warps without a unit still wait: the grid must not finish before FC1 has.
   if (!waited) pdl_wait_primary();
+#ifdef MOEJIT_TRACE
+  MOEJIT_TRACE_WARP(3, trace_now());
+#endif
   __syncthreads();
+  MOEJIT_TRACE_CTA(5);
 
   const int K = p.route.top_k;
   for (int idx = threadIdx.x; idx < p.tokens * 16; idx += blockDim.x) {
@@ -60,4 +79,8 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
     }
     p.out[(size_t)m * kH + row] = f32_to_bf16(sum);
   }
+#ifdef MOEJIT_TRACE
+  __syncthreads();
+#endif
+  MOEJIT_TRACE_CTA(6);
 }

@@ -7,6 +7,7 @@
 #pragma once
 #include "bulk_copy.cuh"
 #include "fp4_decode.cuh"
+#include "trace.cuh"
 
 // How far past its register ring each warp asks the L2 for its weights, in chunks of its K part: the
 // key's l2_ahead, passed by the generator (one kernel per translation unit).
@@ -180,7 +181,10 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   for (int j = 0; j < kDepth; ++j) issue(j);
   // Weights never depend on the previous kernel, so a programmatic dependent waits only here, after
   // its first loads are in flight and before touching the previous kernel's outputs (b_rows).
-  if (wait_primary_after_prefetch) pdl_wait_primary();
+  if (wait_primary_after_prefetch) {
+    pdl_wait_primary();
+    MOEJIT_TRACE_CTA(3);
+  }
 
   // Activation pieces (per step 8 bytes per token: the lane's K values 4c..4c+3 of the step, times 2^64
   // on use when kScaleB). kPrefetchX: they ride one chunk ahead in the ring, so no step waits on a
@@ -262,6 +266,7 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
                : x_live[nt] && (kK % 64 == 0 || kx - kXStride + 16 * st < kK) ? ld_x(xp[nt] - kXStride + 16 * st)
                                                                                : u32x2{0u, 0u};
       });
+      if (base == 0 && j == 0) MOEJIT_TRACE_CTA(4);
     }
   }
 }

@@ -89,3 +89,22 @@ TEST_CASE("DeepSeek-V3's decode kernels (streaming FC1, even-column tiles) compi
     }
   }
 }
+
+TEST_CASE("kernels with the trace records of a -DMOEJIT_TRACE=ON build compile", "[compile][trace]") {
+  // CI builds without the option, so the traced template code is checked here: the generated source
+  // of the default plan's FC1 and FC2 at M = 1 and 2 (decode_fc1, decode_fc2_sum), with the define a
+  // trace build adds, compiles for sm_90a and holds the record arrays the runtime copies out.
+  const ModelConfig cfg = load_model_config(default_config_name());
+  for (int m : {1, 2})
+    for (const auto& key : make_plan(cfg.local(), Arch::sm_90a, m, 132).kernels) {
+      INFO("key " << key.str());
+      GeneratedSource src = generate_source(key);
+      if (src.source.find("#define MOEJIT_TRACE 1") == std::string::npos)  // a trace build has it already
+        src.source = "#define MOEJIT_TRACE 1\n" + src.source;
+      CompileOutput out;
+      REQUIRE_NOTHROW(out = compile_source(src, Arch::sm_90a, /*want_ptx=*/true));
+      const std::string ptx(out.binary.begin(), out.binary.end());
+      CHECK(ptx.find("moejit_trace_cta") != std::string::npos);
+      CHECK(ptx.find("%globaltimer") != std::string::npos);
+    }
+}
