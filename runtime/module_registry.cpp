@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 #include "moejit/error.hpp"
@@ -20,7 +21,7 @@ void dump_trace_records([[maybe_unused]] const std::map<std::string, CUmodule>& 
   const char* dir = std::getenv("MOEJIT_TRACE_DIR");
   if (!dir || !*dir) return;
   for (const auto& [key, mod] : modules)
-    for (const char* symbol : {"moejit_trace_cta", "moejit_trace_warp"}) {
+    for (const auto& [symbol, suffix] : {std::pair{"moejit_trace_cta", "cta"}, std::pair{"moejit_trace_warp", "warp"}}) {
       CUdeviceptr p = 0;
       size_t bytes = 0;
       if (driver().cuModuleGetGlobal(&p, &bytes, mod, symbol) != CUDA_SUCCESS) continue;
@@ -29,7 +30,7 @@ void dump_trace_records([[maybe_unused]] const std::map<std::string, CUmodule>& 
       std::string name = key;
       for (char& c : name)
         if (c == ':') c = '_';
-      const std::string path = fmt::format("{}/{}.{}.bin", dir, name, symbol + 13);  // "cta" / "warp"
+      const std::string path = fmt::format("{}/{}.{}.bin", dir, name, suffix);
       if (FILE* f = std::fopen(path.c_str(), "wb")) {
         std::fwrite(records.data(), 1, bytes, f);
         std::fclose(f);

@@ -44,7 +44,7 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
 #ifdef MOEJIT_TRACE
       if (!waited) MOEJIT_TRACE_WARP(1, trace_now());
       MOEJIT_TRACE_WARP(2, trace_now());
-      traced_chunks += part < kChunks ? (kChunks - 1 - part) / kParts + 1 : 0;
+      traced_chunks += part_chunks<kChunks, kParts>(part);
       MOEJIT_TRACE_WARP(4, (u64)traced_chunks);
       MOEJIT_TRACE_WARP(5, (u64)++traced_units);
 #endif

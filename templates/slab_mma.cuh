@@ -47,6 +47,13 @@ MOEJIT_DEVICE SlabOperands slab_operands(const u32x4* w, const u8* s, const floa
                       kNvfp4 ? gscale[e] * kAccScale : kAccScale};
 }
 
+// Chunks of K part `part` when a slab's kChunks chunks are dealt to kParts parts in turn (chunk c to
+// part c % kParts).
+template <int kChunks, int kParts>
+MOEJIT_DEVICE int part_chunks(int part) {
+  return part < kChunks ? (kChunks - 1 - part) / kParts + 1 : 0;
+}
+
 // Zeroes a block of MMA accumulators (any two outer dimensions, 4 per lane and MMA).
 template <int kA, int kB>
 MOEJIT_DEVICE void zero_accumulators(float (&v)[kA][kB][4]) {
@@ -129,7 +136,7 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   const int lane = lane_id();
   const int g = lane >> 2;
   const int kofs = 4 * (lane & 3);
-  const int my_chunks = part < kChunks ? (kChunks - 1 - part) / kParts + 1 : 0;
+  const int my_chunks = part_chunks<kChunks, kParts>(part);
   zero_accumulators(acc);
 
   const u32x4* wp = w + part * kMats * 32;
