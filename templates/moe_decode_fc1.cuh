@@ -97,9 +97,12 @@ __device__ void moe_decode_fc1_loop(const DecodeFc1Params& p) {
   constexpr int kSlabs = kI / 16;
   pdl_launch_dependents();
   __shared__ InlineRouteList route;
+  MOEJIT_TRACE_CTA(0);
+  MOEJIT_TRACE_CTA_KIND(1);
   if (blockIdx.x == 0)
     for (int i = threadIdx.x; i < p.num_counters; i += blockDim.x) p.counters[i] = 0;
   inline_route_list<kE>(p.route.topk_ids, p.route.pairs, p.route.expert_begin, route);
+  MOEJIT_TRACE_CTA(1);
   const int items = kSlabs * route.num_active;
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     const int slot = item / kSlabs, slab = item % kSlabs;
@@ -107,4 +110,5 @@ __device__ void moe_decode_fc1_loop(const DecodeFc1Params& p) {
     const ExpertWork work{route.num_active, route.expert[slot], route.offset[slot + 1] - first, route.pair + first};
     moe_decode_fc1_work<kNvfp4, kAct, kLimit, kBias, kH, kI, kWarps, kNT, kCols, kDepth, kPrefetchX>(p, work, slab);
   }
+  MOEJIT_TRACE_CTA(6);
 }

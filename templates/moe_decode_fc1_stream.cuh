@@ -20,10 +20,13 @@ __device__ void moe_decode_fc1_stream(const DecodeFc1Params& p) {
   pdl_launch_dependents();
   const int lane = lane_id(), warp = threadIdx.x >> 5;
   const Ring ring = Ring::make(stream_smem);
+  MOEJIT_TRACE_CTA(0);
+  MOEJIT_TRACE_CTA_KIND(1);
   if (blockIdx.x == 0)
     for (int i = threadIdx.x; i < p.num_counters; i += blockDim.x) p.counters[i] = 0;
   // Its closing CTA barrier also publishes the ring's initialization.
   inline_route_list<kE>(p.route.topk_ids, p.route.pairs, p.route.expert_begin, route);
+  MOEJIT_TRACE_CTA(1);
   const int items = kSlabs * route.num_active;
 
   if (warp == kWarps) {  // the producer: one lane issues every copy, in the consumers' order
@@ -59,4 +62,5 @@ __device__ void moe_decode_fc1_stream(const DecodeFc1Params& p) {
       sync_first_threads<kWarps * 32>();  // red is reused by the next pass
     }
   }
+  MOEJIT_TRACE_CTA(6);
 }

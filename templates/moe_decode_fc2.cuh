@@ -31,8 +31,11 @@ __device__ void moe_decode_fc2_item(const DecodeFc2Params& p, int slab, int slot
   __shared__ InlineRouteShared route_sh;
   __shared__ int is_last;
 
+  MOEJIT_TRACE_CTA(0);
+  MOEJIT_TRACE_CTA_KIND(2);
   // Inline routing reads only topk_ids; the route kernel's lists were complete before FC1 started.
   const ExpertWork work = expert_work<kInline, kE>(p.route, slot, route_sh);
+  MOEJIT_TRACE_CTA(1);
   // With no routed pair at all, slot 0 still takes part so that out is written (with zeros).
   const int participants = work.num_active > 0 ? work.num_active : 1;
   if (slot >= participants) return;
@@ -69,7 +72,11 @@ __device__ void moe_decode_fc2_item(const DecodeFc2Params& p, int slab, int slot
   __syncthreads();
   if (threadIdx.x == 0) is_last = atomicAdd(&p.counters[slab], 1) == participants - 1;
   __syncthreads();
-  if (!is_last) return;
+  MOEJIT_TRACE_CTA(5);
+  if (!is_last) {
+    MOEJIT_TRACE_CTA(6);
+    return;
+  }
   __threadfence();
   const int K = p.route.top_k;
   for (int idx = threadIdx.x; idx < p.tokens * 16; idx += blockDim.x) {
@@ -82,6 +89,7 @@ __device__ void moe_decode_fc2_item(const DecodeFc2Params& p, int slab, int slot
     p.out[(size_t)m * kH + row] = f32_to_bf16(sum);
   }
   if (threadIdx.x == 0) p.counters[slab] = 0;
+  MOEJIT_TRACE_CTA(6);
 }
 
 // One CTA per (slab, slot) item.

@@ -9,6 +9,7 @@
 // It also zeroes the FC2 completion counters, so a workspace needs no initialization by the caller.
 #pragma once
 #include "device_core.cuh"
+#include "trace.cuh"
 
 struct RouteParams {
   const i32* topk_ids;       // [M*K]
@@ -29,6 +30,8 @@ __device__ void moe_route(const RouteParams& p) {
   i32* cursor = smem + kExperts;    // [kExperts]
   __shared__ i32 warp_sums[kThreads / 32][2];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  MOEJIT_TRACE_CTA(0);
+  MOEJIT_TRACE_CTA_KIND(4);
 
   for (int i = tid; i < p.num_counters; i += kThreads) p.counters[i] = 0;
   for (int e = tid; e < kExperts; e += kThreads) count[e] = 0;
@@ -100,4 +103,5 @@ __device__ void moe_route(const RouteParams& p) {
       __syncthreads();
     }
   }
+  MOEJIT_TRACE_CTA(6);
 }

@@ -8,6 +8,7 @@
 constexpr int kMaxSpillBytes = 192;
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -91,20 +92,24 @@ TEST_CASE("DeepSeek-V3's decode kernels (streaming FC1, even-column tiles) compi
 }
 
 TEST_CASE("kernels with the trace records of a -DMOEJIT_TRACE=ON build compile", "[compile][trace]") {
-  // CI builds without the option, so the traced template code is checked here: the generated source
-  // of the default plan's FC1 and FC2 at M = 1 and 2 (decode_fc1, decode_fc2_sum), with the define a
-  // trace build adds, compiles for sm_90a and holds the record arrays the runtime copies out.
-  const ModelConfig cfg = load_model_config(default_config_name());
-  for (int m : {1, 2})
-    for (const auto& key : make_plan(cfg.local(), Arch::sm_90a, m, 132).kernels) {
-      INFO("key " << key.str());
-      GeneratedSource src = generate_source(key);
-      if (src.source.find("#define MOEJIT_TRACE 1") == std::string::npos)  // a trace build has it already
-        src.source = "#define MOEJIT_TRACE 1\n" + src.source;
-      CompileOutput out;
-      REQUIRE_NOTHROW(out = compile_source(src, Arch::sm_90a, /*want_ptx=*/true));
-      const std::string ptx(out.binary.begin(), out.binary.end());
-      CHECK(ptx.find("moejit_trace_cta") != std::string::npos);
-      CHECK(ptx.find("%globaltimer") != std::string::npos);
-    }
+  // CI builds without the option, so the traced template code is checked here: with the define a trace
+  // build adds, the generated source of every kernel the default config plans for M = 1..64 (route,
+  // FC1 grid and loop, FC2-sum and split) and of DeepSeek-V3's streaming FC1 compiles for sm_90a and
+  // holds the record arrays the runtime copies out.
+  std::vector<KernelKey> keys = keys_for_range(load_model_config(default_config_name()).local(), Arch::sm_90a, 64, 132);
+  for (const auto& key : keys_for_range(load_model_config("deepseek-v3").local(), Arch::sm_90a, 8, 132))
+    if (key.kind == KernelKind::decode_fc1_stream) keys.push_back(key);
+  REQUIRE(std::any_of(keys.begin(), keys.end(), [](const KernelKey& k) { return k.kind == KernelKind::route; }));
+  REQUIRE(std::any_of(keys.begin(), keys.end(), [](const KernelKey& k) { return k.kind == KernelKind::decode_fc1_stream; }));
+  for (const auto& key : keys) {
+    INFO("key " << key.str());
+    GeneratedSource src = generate_source(key);
+    if (src.source.find("#define MOEJIT_TRACE 1") == std::string::npos)  // a trace build has it already
+      src.source = "#define MOEJIT_TRACE 1\n" + src.source;
+    CompileOutput out;
+    REQUIRE_NOTHROW(out = compile_source(src, Arch::sm_90a, /*want_ptx=*/true));
+    const std::string ptx(out.binary.begin(), out.binary.end());
+    CHECK(ptx.find("moejit_trace_cta") != std::string::npos);
+    CHECK(ptx.find("%globaltimer") != std::string::npos);
+  }
 }

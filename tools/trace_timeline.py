@@ -7,7 +7,8 @@ Usage:
 
 Run one token count per directory: each launch overwrites its module's records, and the dump happens
 when the runtime unloads its modules, so DIR holds the last forward of every kernel that ran. Times are
-microseconds from the first FC1 CTA's start (templates/trace.cuh lists the record slots). Per phase:
+microseconds from the first FC1 CTA's start (templates/trace.cuh lists the record slots; "first chunk"
+is warp 0's first chunk of the CTA's last item where a CTA walks several). Per phase:
 quantiles over CTAs; then the same split by how many of the kernel's CTAs shared an SM (where an SM
 holding more CTAs finishes later, the grid is uneven), and FC2-sum's per-warp chunk rate.
 """
@@ -18,7 +19,7 @@ import struct
 import sys
 from collections import Counter
 
-FC1, FC2, WARP = 1, 2, 3
+FC1, FC2, WARP, ROUTE = 1, 2, 3, 4
 
 
 def records(path):
@@ -50,8 +51,8 @@ def main():
     d = sys.argv[1]
     fc1, fc2 = latest(d, "decode_fc1_", "cta"), latest(d, "decode_fc2", "cta")
     if not fc1 or not fc2:
-        sys.exit(f"{d}: no FC1/FC2 trace records (a -DMOEJIT_TRACE=ON build, MOEJIT_TRACE_DIR set, "
-                 "FC1 as decode_fc1 and FC2 as decode_fc2_sum)")
+        sys.exit(f"{d}: no FC1/FC2 trace records (a -DMOEJIT_TRACE=ON build with MOEJIT_TRACE_DIR set; the "
+                 "decode kernels FC1 grid/loop/stream and FC2 sum/split record, the fused kernel does not)")
     # The last forward: FC1 CTAs that started within 200 us before the latest FC2 CTA.
     t2 = fc2[2]
     one = [r for r in fc1[1] if t2 - 200_000 < r[0] <= t2 and r[7] >> 32 == FC1 and r[6] > r[0]]
@@ -59,6 +60,11 @@ def main():
     t0 = min(r[0] for r in one)
     us = lambda t: (t - t0) / 1000.0
     print(f"FC1 {os.path.basename(fc1[0])}: {len(one)} CTAs\nFC2 {os.path.basename(fc2[0])}: {len(two)} CTAs")
+    route = latest(d, "route_", "cta")
+    if route:  # the route kernel runs before FC1 (M*K > 64): its one CTA, if it belongs to this forward
+        r = max((r for r in route[1] if r[7] >> 32 == ROUTE), key=lambda r: r[0])
+        if t0 - 200_000 < r[0] <= t0:
+            print(f"{'route kernel':>18}: start {us(r[0]):7.2f}  end {us(r[6]):7.2f}")
     for name, rows, slot in (("FC1 start", one, 0), ("FC1 routed", one, 1), ("FC1 first chunk", one, 4),
                              ("FC1 end", one, 6), ("FC2 start", two, 0), ("FC2 routed", two, 1),
                              ("FC2 wait returned", two, 3), ("FC2 first chunk", two, 4),
@@ -68,7 +74,8 @@ def main():
         per_sm = Counter(r[7] & 0xFFFFFFFF for r in rows)
         by = {}
         for r in rows:
-            by.setdefault(per_sm[r[7] & 0xFFFFFFFF], []).append(us(r[slot]))
+            if r[slot] >= r[0]:  # CTAs without work (slots beyond the active experts) stamp nothing
+                by.setdefault(per_sm[r[7] & 0xFFFFFFFF], []).append(us(r[slot]))
         for n, v in sorted(by.items()):
             print(f"{name:>13}, {n:2d} CTAs/SM: {quantiles(v)}")
     warp_path = fc2[0][: -len("cta.bin")] + "warp.bin"
