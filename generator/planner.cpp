@@ -86,6 +86,16 @@ void choose_decode_tile(KernelKey& k, double ctas, int sm_count, bool split_k_fr
     k.min_blocks = 3;
     return;
   }
+  if (split_k_freely && k.ntiles == 2 && (k.intermediate + 63) / 64 <= 16) {
+    // FC2 with two token tiles over a short K (Qwen3-30B-A3B, I = 768: 12 chunks): 4 warps would walk 3
+    // chunks each, so per-CTA costs (routing lists, the cross-warp reduction, partial rows, the ticket)
+    // outweigh the loads; 2 warps of 6 chunks at 12 CTAs per SM keep the 80 registers. Qwen3 M = 40/48/64,
+    // two runs each, w4d1o6 : w2d1o12 µs: 198.2/212.5/216.7, 198.0/212.4/216.6 : 176.0/189.2/194.2,
+    // 175.5/188.7/194.3 (w2d2o12 196.3, w2d2o10 200.2, w4d2o4 251.7 at M = 64).
+    k.warps = 2;
+    k.min_blocks = 12;
+    return;
+  }
   if (!split_k_freely && k.ntiles == 1 && ctas > 8.0 * sm_count && ctas * 2 <= 24.0 * sm_count) {
     // Too big for one wave of 4-warp CTAs at any register cap, small enough for one wave of 2-warp
     // CTAs at 85 registers (gpt-oss M=2: 1260 CTAs; 45.6 µs against 50.0 at 4 warps).

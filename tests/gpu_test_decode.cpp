@@ -123,7 +123,12 @@ TEST_CASE("decode family at real model geometries", "[gpu][models]") {
   deepseek.hidden = 7168;
   deepseek.intermediate = 2048;
   deepseek.top_k = 8;
-  for (const Case& c : {Case{"gpt-oss-120b", gptoss, {1, 7, 64}}, Case{"deepseek-v3", deepseek, {1, 9}}}) {
+  LayerSpec qwen3 = deepseek;  // Qwen3-30B-A3B; M = 48 plans the split FC2 with two tiles on 2 warps
+  qwen3.experts = 128;
+  qwen3.hidden = 2048;
+  qwen3.intermediate = 768;
+  for (const Case& c : {Case{"gpt-oss-120b", gptoss, {1, 7, 64}}, Case{"deepseek-v3", deepseek, {1, 9}},
+                        Case{"qwen3-30b-a3b", qwen3, {1, 48}}}) {
     HostLayer host = make_random_code_layer(c.spec, 77);
     auto layer = runtime().prepare(host);
     for (int m : c.tokens) {

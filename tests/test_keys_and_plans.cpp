@@ -320,6 +320,18 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
     CHECK(q_fc1.columns == 4);
   }
   CHECK(make_plan(qw, Arch::sm_90a, 8, 132).kernels[0].columns == 8);
+  // Qwen3's split FC2 with two token tiles (M = 40..64) over its 12-chunk K: 2 warps, 12 CTAs per SM;
+  // gpt-oss's 45-chunk FC2 with two tiles keeps 4 warps at 6 per SM.
+  const KernelKey q64_fc2 = make_plan(qw, Arch::sm_90a, 64, 132).kernels.back();
+  CHECK(q64_fc2.kind == KernelKind::decode_fc2);
+  CHECK(q64_fc2.ntiles == 2);
+  CHECK(q64_fc2.warps == 2);
+  CHECK(q64_fc2.min_blocks == 12);
+  for (int m = 64; m <= kDecodeMaxTokens; m *= 2) {
+    const KernelKey g_fc2 = make_plan(s, Arch::sm_90a, m, 132).kernels.back();
+    INFO(g_fc2.str());
+    if (g_fc2.kind == KernelKind::decode_fc2 && g_fc2.ntiles == 2) CHECK(g_fc2.warps == 4);
+  }
   CHECK(d4.kernels[1].columns == 4);
   CHECK(make_plan(ds, Arch::sm_90a, 1, 132).kernels[0].kind == KernelKind::decode_fc1);
   CHECK(g4.kernels[0].columns == 4);  // MXFP4 FC1
