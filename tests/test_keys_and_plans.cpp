@@ -327,11 +327,16 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK(q64_fc2.ntiles == 2);
   CHECK(q64_fc2.warps == 2);
   CHECK(q64_fc2.min_blocks == 12);
+  int gptoss_two_tile_fc2 = 0;
   for (int m = 64; m <= kDecodeMaxTokens; m *= 2) {
     const KernelKey g_fc2 = make_plan(s, Arch::sm_90a, m, 132).kernels.back();
     INFO(g_fc2.str());
-    if (g_fc2.kind == KernelKind::decode_fc2 && g_fc2.ntiles == 2) CHECK(g_fc2.warps == 4);
+    if (g_fc2.kind == KernelKind::decode_fc2 && g_fc2.ntiles == 2) {
+      ++gptoss_two_tile_fc2;
+      CHECK(g_fc2.warps == 4);
+    }
   }
+  CHECK(gptoss_two_tile_fc2 > 0);  // the loop above did check a two-tile FC2
   CHECK(d4.kernels[1].columns == 4);
   CHECK(make_plan(ds, Arch::sm_90a, 1, 132).kernels[0].kind == KernelKind::decode_fc1);
   CHECK(g4.kernels[0].columns == 4);  // MXFP4 FC1
