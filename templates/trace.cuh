@@ -6,8 +6,8 @@
 // empty and kernels are unchanged.
 //
 // CTA record slots: 0 start, 1 routed, 3 programmatic wait returned (warp 0), 4 warp 0's first chunk
-// computed (of its last item, in kernels that walk several), 5 work done (split FC2: its completion
-// ticket taken), 6 end, 7 kind << 32 | SM id (kind 1 FC1, 2 FC2, 4 the route kernel). Warp record
+// computed (of its last item, in kernels that walk several), 5 work done (before the completion
+// ticket where one is taken), 6 end, 7 kind << 32 | SM id (kind 1 FC1, 2 FC2, 4 the route kernel). Warp record
 // slots (FC2-sum): 0 start, 1 first unit done, 2 last unit done, 3 exit, 4 chunks, 5 units, 7 3 << 32 |
 // SM id. Grids larger than kTraceRecords CTAs (warps) record their first kTraceRecords only.
 #pragma once
@@ -28,7 +28,7 @@ MOEJIT_DEVICE u32 trace_smid() {
   return s;
 }
 MOEJIT_DEVICE u32 trace_cta() { return blockIdx.x + blockIdx.y * gridDim.x; }
-MOEJIT_DEVICE u32 trace_warp() { return blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); }
+MOEJIT_DEVICE u32 trace_warp() { return trace_cta() * (blockDim.x >> 5) + (threadIdx.x >> 5); }
 // Thread 0 stamps the CTA record; lane 0 of each warp its warp record.
 #define MOEJIT_TRACE_CTA(slot) \
   do { if (threadIdx.x == 0 && trace_cta() < kTraceRecords) moejit_trace_cta[trace_cta()][slot] = trace_now(); } while (0)

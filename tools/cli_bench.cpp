@@ -13,6 +13,9 @@
 //   4. the same number of replays timed the old way, events recorded on the stream around
 //      cuGraphLaunch of the forward-only graph (after a flush outside it): the layer as a graph
 //      of its own, launch latency included ("replay" column).
+//   5. the layer among other kernels ("chain" column): a graph of 8 (flush, forward) pairs between two
+//      event nodes, less the same graph with the flushes only, divided by 8: what one more layer adds to
+//      a model's graph, its kernel nodes' launch gaps included, with no event node beside it.
 // Bytes: distinct local experts in topk_ids x the prepared FP4 + scale bytes of one expert (FC1 and
 // FC2 planes of runtime/prepared_layout.hpp, including their padding; biases and activations not
 // counted). Copy bandwidth: cuMemcpyDtoDAsync of a 1 GiB buffer, (bytes read + bytes written) / time,
@@ -98,6 +101,22 @@ CapturedGraph timed_graph(CUstream s, const L2Flush& flush, const Event& start, 
     check(driver().cuEventRecordWithFlags(stop.e, s, CU_EVENT_RECORD_EXTERNAL), "cuEventRecordWithFlags");
   });
 }
+
+// The chain graphs of step 5: `layers` times (flush, body) between the start and stop events; body may
+// be empty (the flushes alone).
+template <class Body>
+CapturedGraph chain_graph(CUstream s, const L2Flush& flush, const Event& start, const Event& stop, int layers,
+                          Body&& body) {
+  return CapturedGraph(s, kCaptureMode, [&] {
+    check(driver().cuEventRecordWithFlags(start.e, s, CU_EVENT_RECORD_EXTERNAL), "cuEventRecordWithFlags");
+    for (int i = 0; i < layers; ++i) {
+      flush.enqueue(s);
+      body();
+    }
+    check(driver().cuEventRecordWithFlags(stop.e, s, CU_EVENT_RECORD_EXTERNAL), "cuEventRecordWithFlags");
+  });
+}
+constexpr int kChainLayers = 8;
 
 // Replays g (which records start and stop around what it times) replays + 1 times; the first replay
 // uploads the graph and is not counted. Returns the times in ms.
@@ -234,6 +253,12 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
       ms_launch.push_back(t);
     }
 
+    const CapturedGraph chain =
+        chain_graph(s, flush, start, stop, kChainLayers, [&] { rt.forward(layer, a); });
+    const CapturedGraph flushes_only = chain_graph(s, flush, start, stop, kChainLayers, [] {});
+    const double chain_ms = median(time_between_events(chain, s, start, stop, replays)) -
+                            median(time_between_events(flushes_only, s, start, stop, replays));
+
     std::set<int> touched;
     int64_t pairs = 0;
     for (int32_t id : in.topk_ids) {
@@ -254,6 +279,7 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
     row.us = median(ms) * 1e3;
     row.us_min = *std::min_element(ms.begin(), ms.end()) * 1e3;
     row.us_replay = median(ms_launch) * 1e3;
+    row.us_chain = chain_ms / kChainLayers * 1e3;
     row.experts_touched = static_cast<int>(touched.size());
     row.weight_bytes = weight_bytes;
     row.tbps = row.weight_bytes / (row.us * 1e-6) / 1e12;
@@ -270,16 +296,22 @@ void print_bench_table(const BenchReport& r) {
              "2x L2) before each of {} graph replays (median)\n",
              r.config, r.device, r.arch, r.copy_tbps, human_bytes(r.l2_bytes), to_string(r.flush), r.replays);
   fmt::print("time: between event nodes around the forward inside the graph; replay: events around the launch of a\n"
-             "graph holding only the forward (its launch latency included). TB/s, % and TFLOP/s use time. read: a\n"
-             "kernel that only reads the same number of contiguous bytes, timed like time; of read = read / time.\n");
-  fmt::print("{:>5} {:>10} {:>11} {:>8} {:>12} {:>8} {:>8} {:>10} {:>8} {:>8}\n", "M", "time (us)", "replay (us)",
-             "experts", "weights", "TB/s", "of copy", "read (us)", "of read", "TFLOP/s");
+             "graph holding only the forward (its launch latency included); chain: per layer in a graph of {} (flush,\n"
+             "forward) pairs less its flushes (the layer among other kernels, no event node beside it). TB/s, % and\n"
+             "TFLOP/s use time; chain % = weights / chain / copy bandwidth. read: a kernel that only reads the same\n"
+             "number of contiguous bytes, timed like time; of read = read / time.\n",
+             kChainLayers);
+  fmt::print("{:>5} {:>10} {:>11} {:>10} {:>8} {:>8} {:>12} {:>8} {:>8} {:>10} {:>8} {:>8}\n", "M", "time (us)",
+             "replay (us)", "chain (us)", "chain %", "experts", "weights", "TB/s", "of copy", "read (us)", "of read",
+             "TFLOP/s");
   bool mismatch = false;
   for (const auto& row : r.rows) {
     const std::string floor = row.us_read_floor > 0 ? fmt::format("{:.1f}", row.us_read_floor) : "-";
     const std::string of_read = row.us_read_floor > 0 ? fmt::format("{:.0f}%", 100.0 * row.us_read_floor / row.us) : "-";
-    fmt::print("{:>5} {:>10.1f} {:>11.1f} {:>8} {:>12} {:>8.2f} {:>7.0f}% {:>10} {:>8} {:>8.2f}{}\n", row.tokens, row.us,
-               row.us_replay, row.experts_touched, human_bytes(row.weight_bytes), row.tbps, 100.0 * row.copy_fraction,
+    const double chain_fraction =
+        row.us_chain > 0 && r.copy_tbps > 0 ? row.weight_bytes / (row.us_chain * 1e-6) / 1e12 / r.copy_tbps : 0;
+    fmt::print("{:>5} {:>10.1f} {:>11.1f} {:>10.1f} {:>7.0f}% {:>8} {:>12} {:>8.2f} {:>7.0f}% {:>10} {:>8} {:>8.2f}{}\n",
+               row.tokens, row.us, row.us_replay, row.us_chain, 100.0 * chain_fraction, row.experts_touched, human_bytes(row.weight_bytes), row.tbps, 100.0 * row.copy_fraction,
                floor, of_read, row.tflops, row.graph_matches_eager ? "" : "  graph != eager!");
     mismatch = mismatch || !row.graph_matches_eager;
   }
@@ -302,6 +334,7 @@ void write_bench_json(const BenchReport& r, const std::string& path) {
                          {"us_median", row.us},
                          {"us_min", row.us_min},
                          {"us_replay_median", row.us_replay},
+                         {"us_chain", row.us_chain},
                          {"us_read_floor_median", row.us_read_floor > 0 ? nlohmann::json(row.us_read_floor) : nlohmann::json()},
                          {"experts_touched", row.experts_touched},
                          {"weight_bytes", row.weight_bytes},

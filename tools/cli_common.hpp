@@ -133,6 +133,7 @@ struct BenchRow {
   double us = 0;                  // median, cold L2: between event nodes around the forward in a graph
   double us_min = 0;
   double us_replay = 0;           // median, cold L2: events around cuGraphLaunch of the forward alone
+  double us_chain = 0;            // cold L2, per layer: 8 (flush, forward) pairs in one graph less the flushes alone
   double us_read_floor = 0;       // median, cold L2, timed like us: a kernel reading weight_bytes only (0: not run)
   int experts_touched = 0;        // distinct local experts in topk_ids
   double weight_bytes = 0;        // experts_touched x per-expert FP4 + scale bytes
