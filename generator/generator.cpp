@@ -149,8 +149,8 @@ GeneratedSource generate_source(const KernelKey& raw) {
     }
     case KernelKind::decode_fc2:
     case KernelKind::decode_fc2_sum: {
-      // Same parameters but the ninth: inline routing (decode_fc2) or K parts (decode_fc2_sum, which
-      // always routes inline).
+      // Same parameters but the ninth: inline routing (decode_fc2) or K parts and groups (decode_fc2_sum,
+      // which always routes inline).
       const bool sum = key.kind == KernelKind::decode_fc2_sum;
       const char* function = sum ? "moe_decode_fc2_sum" : "moe_decode_fc2";
       out.source = header + fmt::format(
@@ -159,8 +159,8 @@ GeneratedSource generate_source(const KernelKey& raw) {
           "  {13}<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {14}, {9}, {10}, {12}>(p);\n}}\n",
           threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), cpp_bool(key.bias), key.experts,
           key.hidden, key.intermediate, key.warps, key.ntiles, key.depth,
-          sum ? std::to_string(key.parts) : std::string(cpp_bool(key.inline_route)), min_blocks, cpp_bool(prefetch_x),
-          function, key.columns);
+          sum ? fmt::format("{}, {}", key.parts, key.groups) : std::string(cpp_bool(key.inline_route)), min_blocks,
+          cpp_bool(prefetch_x), function, key.columns);
       break;
     }
   }

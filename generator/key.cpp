@@ -36,7 +36,8 @@ KernelKind parse_kernel_kind(std::string_view s) {
 }
 
 std::string KernelKey::str() const {
-  const std::string p = (parts != 1 ? fmt::format("p{}", parts) : "") + (columns != 8 ? fmt::format("c{}", columns) : "") +
+  const std::string p = (parts != 1 ? fmt::format("p{}", parts) : "") + (groups != 1 ? fmt::format("g{}", groups) : "") +
+                        (columns != 8 ? fmt::format("c{}", columns) : "") +
                         (l2_ahead != 0 ? fmt::format("f{}", l2_ahead) : "") + (x_staged ? "x" : "");
   return fmt::format("{}:{}:{}:{}:{}:E{}:H{}:I{}:w{}n{}d{}o{}{}:b{}:l{}:i{}", to_string(kind), to_string(arch),
                      to_string(format), to_string(activation), to_string(precision), experts, hidden,
@@ -102,11 +103,16 @@ KernelKey KernelKey::parse(std::string_view s) {
     k.columns = parse_int_field(tile.substr(cpos + 1), "columns", s);
     tile = tile.substr(0, cpos);
   }
+  const auto gpos = tile.find('g');
+  if (gpos != std::string_view::npos) {
+    k.groups = parse_int_field(tile.substr(gpos + 1), "groups", s);
+    tile = tile.substr(0, gpos);
+  }
   const auto npos = tile.find('n'), dpos = tile.find('d'), opos = tile.find('o'), ppos = tile.find('p');
   if (tile.empty() || tile[0] != 'w' || npos == std::string_view::npos || dpos == std::string_view::npos ||
       opos == std::string_view::npos || !(npos < dpos && dpos < opos) ||
       (ppos != std::string_view::npos && ppos < opos))
-    throw Error(fmt::format("kernel key '{}': tile field '{}' must look like w4n1d2o0 (or w8n1d8o2p2, w4n1d1o8c4, w8n1d1o4c4f2, w4n1d1o8c4x)",
+    throw Error(fmt::format("kernel key '{}': tile field '{}' must look like w4n1d2o0 (or w8n1d8o2p2, w8n1d1o3p2g2, w4n1d1o8c4, w8n1d1o4c4f2, w4n1d1o8c4x)",
                             s, p[8]));
   k.warps = parse_int_field(tile.substr(1, npos - 1), "warps", s);
   k.ntiles = parse_int_field(tile.substr(npos + 1, dpos - npos - 1), "ntiles", s);
@@ -169,6 +175,11 @@ KernelKey KernelKey::normalized() const {
     throw Error(fmt::format("kernel key {}: the decode family computes in a16 only", str()));
   if (k.parts < 1 || k.parts > 8) throw Error(fmt::format("kernel key {}: parts must be in [1, 8]", str()));
   if (k.kind != KernelKind::decode_fc2_sum && k.kind != KernelKind::decode_fc1_stream) k.parts = 1;
+  if (k.groups < 1 || k.groups > 8) throw Error(fmt::format("kernel key {}: groups must be in [1, 8]", str()));
+  if (k.kind != KernelKind::decode_fc2_sum) k.groups = 1;
+  // A slot's K parts must stay in one CTA: its units then form whole blocks of `warps`.
+  if (k.groups > 1 && k.warps % k.parts != 0)
+    throw Error(fmt::format("kernel key {}: with groups > 1 the warps must be a multiple of the parts", str()));
   if (k.l2_ahead < 0 || k.l2_ahead > 16)
     throw Error(fmt::format("kernel key {}: l2_ahead must be in [0, 16] chunks", str()));
   // Only the register-fed kernels walk a ring that can run ahead of (decode_fc1_stream copies whole

@@ -116,8 +116,8 @@ void choose_decode_tile(KernelKey& k, double ctas, int sm_count, bool split_k_fr
   }
 }
 
-// FC2-sum (few pairs): one CTA per 16-row slab of H works through every active expert, so the grid is
-// fixed (H/16 CTAs) and the tile sets how the CTA's warps cover (expert, K part) units: 16 warps (8
+// FC2-sum (few pairs): one CTA (or `groups` CTAs) per 16-row slab of H works through every active expert, so the
+// grid is fixed (H/16 x groups CTAs) and the tile sets how the CTA's warps cover (expert, K part) units: 16 warps (8
 // when 3-4 CTAs share an SM: at most 32 warps per SM at 64+ registers) and K parts P = warps / S for
 // S expected experts (1..4), so that at M = 1 every warp has one unit. Registers go to depth: as many
 // chunks in flight per warp as the register cap allows (~12 registers per ring slot in ptxas output),
@@ -128,6 +128,18 @@ void choose_fc2_sum_tile(KernelKey& k, const LayerSpec& spec, double experts_tou
   k.min_blocks = std::max(1, (ctas + sm_count - 1) / sm_count);
   k.warps = std::clamp(32 / k.min_blocks, 4, 16);
   k.parts = std::clamp(k.warps / slots, 1, 4);
+  // Where H/16 whole slabs spread unevenly over the SMs (gpt-oss: 180 on 132 put two on 48 SMs, which
+  // finish 5-10 us after the rest) and a slab holds enough units to split, each slab goes to 2 CTAs of
+  // half the warps (groups): 360 CTAs, 2-3 per SM. The hand-over through the partial rows costs the
+  // last CTA ~1 us, so one token (4 experts) keeps whole slabs. gpt-oss, same run, µs, M = 1/2/4/8,
+  // g1 : g2 (w8d1o3): 24.8/37.2/66.8/138.8 : 25.2/35.9/65.0/131.1; DeepSeek-V3 (448 slabs, 1.18) M = 1/2/4
+  // 58.3/115.1/221.6 : 59.1/114.5/219.0 and Qwen3 (128 slabs) lose or gain nothing, so they keep g1.
+  const double imbalance = std::ceil(static_cast<double>(ctas) / sm_count) * sm_count / ctas;
+  if (imbalance > 1.25 && slots >= 6 && k.warps % 2 == 0 && (k.warps / 2) % k.parts == 0) {
+    k.groups = 2;
+    k.warps /= 2;
+    k.min_blocks = (2 * ctas + sm_count - 1) / sm_count;
+  }
   const int register_cap = std::min(255, 65536 / (k.min_blocks * k.warps * 32));
   const int per_chunk = 12;
   const int chunks_per_part = ((spec.intermediate + 63) / 64 + k.parts - 1) / k.parts;
@@ -153,7 +165,7 @@ bool variant_from_env(const char* name, std::string_view on, std::string_view of
   throw Error(fmt::format("{}='{}' must be {} or {}", name, env, off, on));
 }
 
-// MOEJIT_DECODE_TILE="w<warps>d<depth>[o<CTAs per SM>][p<parts>][c<columns>][f<L2 prefetch>][x<0|1>]" overrides
+// MOEJIT_DECODE_TILE="w<warps>d<depth>[o<CTAs per SM>][p<parts>][g<groups>][c<columns>][f<L2 prefetch>][x<0|1>]" overrides
 // the decode tile of FC1 and FC2 (decode_fc1_stream: d = stages, p = chunks per warp and stage),
 // MOEJIT_DECODE_TILE_FC1 / _FC2 one kernel only (they win over the shared one), for tuning sweeps with
 // `moejit bench` (keys stay canonical, so the cache and prewarm see exactly what runs).
@@ -165,10 +177,10 @@ void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
     env = std::getenv(name);
   }
   if (!env || !*env) return;
-  // Letter-number fields in the order w, d, o, p, c, f, x; w and d required.
-  const std::string_view text(env), order("wdopcfx");
-  int value[7] = {0, 0, 0, 1, 8, 0, 0};
-  bool seen[7] = {false, false, false, false, false, false, false};
+  // Letter-number fields in the order w, d, o, p, g, c, f, x; w and d required.
+  const std::string_view text(env), order("wdopgcfx");
+  int value[8] = {0, 0, 0, 1, 1, 8, 0, 0};
+  bool seen[8] = {false, false, false, false, false, false, false, false};
   size_t at = 0, last = 0;
   bool ok = true;
   while (ok && at < text.size()) {
@@ -183,20 +195,21 @@ void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
     at = static_cast<size_t>(ptr - text.data());
   }
   ok = ok && seen[0] && seen[1] && value[0] >= 1 && value[0] <= 16 && value[1] >= 1 && value[1] <= 8 &&
-       value[2] >= 0 && value[2] <= 32 && value[3] >= 1 && value[3] <= 8 && (value[4] == 8 || value[4] == 4) &&
-       value[5] >= 0 && value[5] <= 16 && (value[6] == 0 || value[6] == 1);
+       value[2] >= 0 && value[2] <= 32 && value[3] >= 1 && value[3] <= 8 && value[4] >= 1 && value[4] <= 8 &&
+       (value[5] == 8 || value[5] == 4) && value[6] >= 0 && value[6] <= 16 && (value[7] == 0 || value[7] == 1);
   if (!ok)
-    throw Error(fmt::format("{}='{}' must look like w4d2, w4d2o6, w8d4o2p2, w4d4p4, w4d1o8c4, w8d1o4c4f2 or w4d1o8c4x1 "
-                            "(warps 1..16, depth 1..8, CTAs per SM 0..32, parts 1..8, columns 8 or 4, L2 prefetch "
-                            "0..16 chunks, staged x 0 or 1)",
+    throw Error(fmt::format("{}='{}' must look like w4d2, w4d2o6, w8d4o2p2, w8d1o3p2g2, w4d4p4, w4d1o8c4, w8d1o4c4f2 or "
+                            "w4d1o8c4x1 (warps 1..16, depth 1..8, CTAs per SM 0..32, parts 1..8, CTAs per slab 1..8, "
+                            "columns 8 or 4, L2 prefetch 0..16 chunks, staged x 0 or 1)",
                             name, env));
   k.warps = value[0];
   k.depth = value[1];
   k.min_blocks = value[2];
   if (seen[3]) k.parts = value[3];
-  if (seen[4]) k.columns = value[4];
-  if (seen[5]) k.l2_ahead = value[5];
-  if (seen[6]) k.x_staged = value[6] == 1;
+  if (seen[4]) k.groups = value[4];
+  if (seen[5]) k.columns = value[5];
+  if (seen[6]) k.l2_ahead = value[6];
+  if (seen[7]) k.x_staged = value[7] == 1;
 }
 
 // FC1 with inline routing: one CTA per item (grid), one wave walking the items (loop), or that wave

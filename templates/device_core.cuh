@@ -73,6 +73,30 @@ MOEJIT_DEVICE float ld_cg_f32(const float* p) {
   return v;
 }
 
+// Counters one CTA hands results over with to another CTA of the same grid, at GPU scope. Release and
+// acquire patterns are cumulative: writes a CTA ordered before its release by __syncthreads() are seen
+// by a CTA whose acquire reads that release (or a later read-modify-write of the same counter), and
+// __syncthreads() after the acquire extends that to all its threads. Cheaper than __threadfence() (a
+// sequentially consistent fence, in every thread) around relaxed atomics.
+MOEJIT_DEVICE int atomic_add_acq_rel_gpu(int* p, int v) {
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+MOEJIT_DEVICE int atomic_add_acquire_gpu(int* p, int v) {
+  int old;
+  asm volatile("atom.acquire.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+MOEJIT_DEVICE void red_add_release_gpu(int* p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+MOEJIT_DEVICE int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // D = A(16x16 bf16, row) * B(16x8 bf16, col) + C, fp32 accumulators.
 MOEJIT_DEVICE void mma_bf16_16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
   asm(

@@ -5,18 +5,27 @@
 // completion counter and the last CTA's second pass through memory: at decode those are three
 // dependent round trips at the end of the layer. Fixed-order sums: bit-identical from run to run.
 // Grid: H/16 CTAs. Launched as a programmatic dependent of FC1 (weights load before the wait).
+//
+// kGroups > 1 spreads a slab over that many CTAs (grid H/16 x kGroups) so that the grid divides over
+// the SMs more evenly than H/16 whole slabs do (gpt-oss: 180 slabs on 132 SMs leave 48 SMs two). CTA g
+// takes every kGroups-th block of kWarps units, so each expert slot's K parts stay in one CTA; it
+// writes w_q * y_q of its pairs to the fp32 partial rows, and the last CTA of the slab to arrive sums
+// each token's pairs in slot order, its own from shared memory (the same values). The hand-over costs
+// the last CTA about one L2 round trip: its arrival overlaps its epilogue, the others publish their
+// rows with a release. Still fixed-order sums: bit-identical from run to run.
 #pragma once
 #include "expert_work.cuh"
 #include "moe_decode_fc2.cuh"
 #include "slab_mma.cuh"
 
-template <bool kNvfp4, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kCols, int kDepth, int kParts, bool kPrefetchX>
+template <bool kNvfp4, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kCols, int kDepth, int kParts, int kGroups, bool kPrefetchX>
 __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
   constexpr int kChunks = (kI + 63) / 64;
   constexpr int kSlabs = kH / 16;
   __shared__ float red[kInlineMaxPairs * kParts * 16];  // raw sums [pair q][part][row of the slab]
   __shared__ InlineRouteList route;
-  const int slab = blockIdx.x;
+  static_assert(kGroups == 1 || kWarps % kParts == 0, "a slot's parts must stay in one CTA");
+  const int slab = blockIdx.x, group = kGroups > 1 ? static_cast<int>(blockIdx.y) : 0;
   MOEJIT_TRACE_CTA(0);
   MOEJIT_TRACE_CTA_KIND(2);
   inline_route_list<kE>(p.route.topk_ids, p.route.pairs, p.route.expert_begin, route);
@@ -29,7 +38,7 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
   MOEJIT_TRACE_WARP(7, 3ull << 32 | trace_smid());
   int traced_chunks = 0, traced_units = 0;
 #endif
-  for (int u = warp; u < units; u += kWarps) {
+  for (int u = group * kWarps + warp; u < units; u += kWarps * kGroups) {
     const int slot = u / kParts, part = u % kParts;
     const int e = route.expert[slot];
     const int first = route.offset[slot], count = route.offset[slot + 1] - first;
@@ -63,21 +72,89 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
   MOEJIT_TRACE_CTA(5);
 
   const int K = p.route.top_k;
-  for (int idx = threadIdx.x; idx < p.tokens * 16; idx += blockDim.x) {
-    const int m = idx >> 4, r = idx & 15, row = slab * 16 + r;
-    float sum = 0.f;
-    for (int k = 0; k < K; ++k) {
-      const int q = m * K + k;
-      const int e = p.route.topk_ids[q] - p.route.expert_begin;
-      if (e < 0 || e >= kE) continue;
+  if constexpr (kGroups == 1) {
+    for (int idx = threadIdx.x; idx < p.tokens * 16; idx += blockDim.x) {
+      const int m = idx >> 4, r = idx & 15, row = slab * 16 + r;
+      float sum = 0.f;
+      for (int k = 0; k < K; ++k) {
+        const int q = m * K + k;
+        const int e = p.route.topk_ids[q] - p.route.expert_begin;
+        if (e < 0 || e >= kE) continue;
+        float y = 0.f;
+#pragma unroll
+        for (int part = 0; part < kParts; ++part) y += red[(q * kParts + part) * 16 + r];
+        y *= kNvfp4 ? p.gscale[e] * kAccScale : kAccScale;
+        if (kBias) y += p.bias[(size_t)e * kH + row];
+        sum += p.topk_weights[q] * y;
+      }
+      p.out[(size_t)m * kH + row] = f32_to_bf16(sum);
+    }
+  } else {
+    // The slab's counter (FC1 zeroed it): arrivals in bits 0-15, CTAs whose rows are published in bits
+    // 16+. Thread 0 arrives first, so the round trip overlaps the epilogue below.
+    constexpr int kSlotsPerBlock = kWarps / kParts;
+    int* const counter = p.counters + slab;
+    __shared__ int arrival;
+    int seen = 0;
+    if (threadIdx.x == 0) seen = atomic_add_acquire_gpu(counter, 1);
+    // w_q * y_q of this CTA's slots (blocks of kWarps / kParts slots, every kGroups-th), kept in red's
+    // part-0 entries and written to the partial rows (read only if another CTA of the slab is last).
+    // One (pair, row) per thread and step, so that each thread's loads form one round trip.
+    const int listed = route.offset[route.num_active];
+    for (int idx = threadIdx.x; idx < listed * 16; idx += blockDim.x) {
+      const int t = idx >> 4, r = idx & 15, row = slab * 16 + r;
+      int slot = 0;  // the slot whose pairs hold list position t: last offset <= t
+      for (int step = kInlineMaxPairs / 2; step > 0; step >>= 1)
+        if (slot + step < route.num_active && route.offset[slot + step] <= t) slot += step;
+      if ((slot / kSlotsPerBlock) % kGroups != group) continue;
+      const int e = route.expert[slot], q = route.pair[t];
       float y = 0.f;
 #pragma unroll
       for (int part = 0; part < kParts; ++part) y += red[(q * kParts + part) * 16 + r];
       y *= kNvfp4 ? p.gscale[e] * kAccScale : kAccScale;
       if (kBias) y += p.bias[(size_t)e * kH + row];
-      sum += p.topk_weights[q] * y;
+      const float wy = p.topk_weights[q] * y;
+      red[q * kParts * 16 + r] = wy;
+      p.partial[(size_t)q * kH + row] = wy;
     }
-    p.out[(size_t)m * kH + row] = f32_to_bf16(sum);
+    if (threadIdx.x == 0) arrival = seen;
+    __syncthreads();
+    if ((arrival & 0xFFFF) != kGroups - 1) {
+      // Not the last to arrive: publish (the barrier above ordered every thread's rows first).
+      if (threadIdx.x == 0) red_add_release_gpu(counter, 1 << 16);
+    } else {
+      // The last: the others arrived earlier and publish without waiting; usually the arrival already
+      // read all of them.
+      if (threadIdx.x == 0 && (arrival >> 16) != kGroups - 1)
+        while ((ld_acquire_gpu(counter) >> 16) != kGroups - 1) {
+        }
+      __syncthreads();
+      for (int idx = threadIdx.x; idx < p.tokens * 16; idx += blockDim.x) {
+        const int m = idx >> 4, r = idx & 15, row = slab * 16 + r;
+        // Up to 8 pairs at a time: their other CTAs' rows load together, then sum in k order.
+        float sum = 0.f;
+        for (int k0 = 0; k0 < K; k0 += 8) {
+          bool local[8];
+          float v[8];
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const int q = m * K + k0 + j;
+            const int e = k0 + j < K ? p.route.topk_ids[q] - p.route.expert_begin : -1;
+            local[j] = e >= 0 && e < kE;
+            const int slot =
+                local[j] ? route.word_base[e >> 5] + __popc(route.bits[e >> 5] & ((1u << (e & 31)) - 1u)) : 0;
+            v[j] = !local[j] ? 0.f
+                   : (slot / kSlotsPerBlock) % kGroups == group ? red[q * kParts * 16 + r]
+                                                                : ld_cg_f32(p.partial + (size_t)q * kH + row);
+          }
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            if (local[j]) sum += v[j];
+        }
+        p.out[(size_t)m * kH + row] = f32_to_bf16(sum);
+      }
+      if (threadIdx.x == 0) *counter = 0;
+    }
   }
 #ifdef MOEJIT_TRACE
   __syncthreads();

@@ -271,6 +271,36 @@ TEST_CASE("L2 prefetch distances change no output bit", "[gpu][variants][prefetc
   }
 }
 
+TEST_CASE("FC2-sum spread over several CTAs per slab matches the reference", "[gpu][variants][groups]") {
+  // groups > 1: CTA g of a slab takes every groups-th block of `warps` units, writes its pairs' rows to
+  // the partial buffer, and the slab's last CTA (ticket) sums them. Shapes: H = 352 (22 slabs), I = 480
+  // (a half chunk at the end of K), groups 2-8 with 1-4 parts, CTAs whose blocks find no unit (8 groups
+  // at one token), several passes per slab (M = 16), a token routed twice to one expert; repeated runs
+  // must give the same bits (the counters return to zero).
+  const ScopedEnv guard{"MOEJIT_DECODE_FC1", "MOEJIT_DECODE_FC2", "MOEJIT_DECODE_TILE_FC2"};
+  uint64_t seed = 9900;
+  for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4}) {
+    LayerSpec spec = format_spec(f, 8, 4, 352, 480);
+    HostLayer host = make_random_layer(spec, ++seed);
+    auto layer = runtime().prepare(host);
+    ::setenv("MOEJIT_DECODE_FC1", "grid", 1);
+    ::setenv("MOEJIT_DECODE_FC2", "sum", 1);
+    for (int m : {1, 5, 16})
+      for (const char* tile : {"w8d1p2g2", "w4d1p2g2", "w4d1p1g4", "w8d2p4g2", "w6d1p2g3", "w2d1p1g8"}) {
+        INFO(fmt::format("{} M={} FC2 tile {}", to_string(f), m, tile));
+        HostInputs in = make_random_inputs(spec, m, ++seed, true);
+        if (m >= 5) in.topk_ids[4] = spec.expert_begin + 3, in.topk_ids[5] = spec.expert_begin + 3;
+        DeviceInputs d = upload_inputs(runtime(), *layer, in, m);
+        ::setenv("MOEJIT_DECODE_TILE_FC2", tile, 1);
+        REQUIRE(runtime().plan(*layer, m).kernels.back().groups > 1);
+        const auto out = run_poisoned(runtime(), *layer, d, m);
+        CHECK(run_poisoned(runtime(), *layer, d, m) == out);
+        CHECK(run_poisoned(runtime(), *layer, d, m) == out);
+        check_agreement(compare(to_float(out), reference_forward(host, in).out_f64), /*with_cosine=*/false);
+      }
+  }
+}
+
 TEST_CASE("a staged x row changes no output bit", "[gpu][variants][staged]") {
   // At one token FC1's warps may copy their part of x, times 2^64, into shared memory and read their
   // MMA pieces from there (x_staged): the MMA inputs are the same bits, so the outputs must be too.

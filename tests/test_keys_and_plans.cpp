@@ -62,6 +62,7 @@ std::vector<KernelKey> sample_keys() {
             k.bias = variant & 1;
             k.limit = (variant & 2) != 0;
             k.parts = 1 + variant;  // decode_fc2_sum and decode_fc1_stream only; normalization resets it elsewhere
+            k.groups = variant == 1 ? 2 : 1;  // decode_fc2_sum only (4 warps, 2 parts); reset elsewhere
             k.columns = variant % 2 ? 4 : 8;
             k.l2_ahead = 2 * variant;  // 0 for decode_fc1_stream after normalization
             k.x_staged = variant == 0;   // decode_fc1 only; normalization resets it elsewhere
@@ -167,6 +168,20 @@ TEST_CASE("normalization resets fields a kind ignores and rejects impossible key
   CHECK_THROWS_WITH(k.normalized(), Catch::Contains("l2_ahead must be in [0, 16]"));
   k.l2_ahead = 0;
   CHECK(k.normalized().str().find(":w4n1d1o0p4c4:") != std::string::npos);
+  // FC2-sum over several CTAs per slab (suffix g after p): a slot's parts must stay in one CTA.
+  k.groups = 2;
+  CHECK(k.normalized().str().find(":w4n1d1o0p4g2c4:") != std::string::npos);
+  CHECK(KernelKey::parse(k.normalized().str()) == k.normalized());
+  k.parts = 3;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("multiple of the parts"));
+  k.parts = 4;
+  k.groups = 9;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("groups must be in [1, 8]"));
+  k.groups = 2;
+  k.kind = KernelKind::decode_fc2;
+  CHECK(k.normalized().groups == 1);
+  k.kind = KernelKind::decode_fc2_sum;
+  k.groups = 1;
 
   // A staged x row (tile suffix x) is decode_fc1's, one token tile only.
   k.x_staged = true;
@@ -211,6 +226,13 @@ TEST_CASE("malformed key strings are rejected with the field named", "[keys]") {
   CHECK(sum.kind == KernelKind::decode_fc2_sum);
   CHECK(sum.parts == 2);
   CHECK(sum.min_blocks == 1);
+  const KernelKey grouped = KernelKey::parse("decode_fc2_sum:sm_90a:mxfp4:silu:a16:E8:H128:I64:w8n1d1o3p2g2c4f2:b0:l0:i1");
+  CHECK(grouped.groups == 2);
+  CHECK(grouped.parts == 2);
+  CHECK(grouped.columns == 4);
+  CHECK(grouped.l2_ahead == 2);
+  CHECK_THROWS_WITH(KernelKey::parse("decode_fc2_sum:sm_90a:mxfp4:silu:a16:E8:H128:I64:w8n1d1o3p2gx:b0:l0:i1"),
+                    Catch::Contains("groups"));
 }
 
 TEST_CASE("the generator is deterministic and specializes per key", "[generator]") {
@@ -387,6 +409,30 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[1].l2_ahead == 0);
   ::setenv("MOEJIT_DECODE_TILE_FC2", "w16d1", 1);
   CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[1].l2_ahead == 2);
+  // FC2-sum over gpt-oss's uneven grid (180 slabs on 132 SMs): from M = 2, 2 CTAs of 8 warps per slab
+  // (3 per SM); one token, and DeepSeek-V3's 448 slabs, keep whole slabs.
+  ::unsetenv("MOEJIT_DECODE_TILE_FC2");
+  CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[1].groups == 1);
+  int grouped_plans = 0;
+  for (int m : {2, 4, 8}) {
+    const KernelKey fc2 = make_plan(s, Arch::sm_90a, m, 132).kernels.back();
+    CHECK(fc2.kind == KernelKind::decode_fc2_sum);
+    CHECK(fc2.groups == 2);
+    CHECK(fc2.warps == 8);
+    CHECK(fc2.min_blocks == 3);
+    grouped_plans += fc2.groups == 2;
+  }
+  CHECK(grouped_plans == 3);
+  CHECK(make_plan(ds, Arch::sm_90a, 4, 132).kernels.back().groups == 1);
+  ::setenv("MOEJIT_DECODE_TILE_FC2", "w8d1o3p2g2", 1);
+  const KernelKey grouped = make_plan(s, Arch::sm_90a, 1, 132).kernels[1];
+  CHECK(grouped.groups == 2);
+  CHECK(grouped.parts == 2);
+  CHECK(grouped.warps == 8);
+  ::setenv("MOEJIT_DECODE_TILE_FC2", "w8d1g2p2", 1);
+  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("must look like"));
+  ::setenv("MOEJIT_DECODE_TILE_FC2", "w8d1p3g2", 1);
+  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("multiple of the parts"));
   ::unsetenv("MOEJIT_DECODE_TILE_FC2");
   for (const char* bad : {"w4d1c3", "w4p2d1", "w4d1o2x", "d1w4", "w4d1f17", "w4d1f2c4", "w4d1x2", "w4d1x1f2"}) {
     ::setenv("MOEJIT_DECODE_TILE_FC1", bad, 1);

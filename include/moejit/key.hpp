@@ -36,6 +36,10 @@ struct KernelKey {
   int min_blocks = 0;  // CTAs per SM the register allocation must allow (0: the generator's rule)
   int parts = 1;     // decode_fc2_sum: K parts per expert, each a unit of work for one warp; decode_fc1_stream:
                      // chunks per consumer warp in a stage (1 elsewhere)
+  // decode_fc2_sum: CTAs per 16-row slab. Each takes every groups-th block of `warps` units (whole
+  // expert slots), writes its pairs' rows to the fp32 partial buffer, and the last of them (a ticket)
+  // sums each token's pairs in slot order; 1 sums inside the one CTA. Tile suffix g<n>, after p<n>.
+  int groups = 1;
   // Decode kernels: MMA columns per n-tile that carry a pair, 8, or 4 (even columns only: half the
   // block-scale FMAs, a pass covers 4 pairs per n-tile; planned where no expert serves more than 4 pairs).
   int columns = 8;
@@ -51,7 +55,8 @@ struct KernelKey {
   bool inline_route = false;  // decode kernels route inside each CTA (M*K <= 64, E <= 1024): no route launch
 
   // Canonical string, e.g. "decode_fc1:sm_90a:mxfp4:swigluoai:a16:E128:H2880:I2880:w4n1d2o0:b1:l1:i0"
-  // (the tile ends in p<parts> when parts != 1: "w8n1d8o2p2", then in c<columns> when columns != 8:
+  // (the tile ends in p<parts> when parts != 1: "w8n1d8o2p2", then in g<groups> when groups != 1:
+  // "w8n1d1o3p2g2", then in c<columns> when columns != 8:
   // "w4n1d1o8c4", then in f<l2_ahead> when l2_ahead != 0: "w8n1d1o4c4f2", then in x when x_staged:
   // "w4n1d1o8c4x").
   std::string str() const;
