@@ -78,11 +78,6 @@ MOEJIT_DEVICE float ld_cg_f32(const float* p) {
 // by a CTA whose acquire reads that release (or a later read-modify-write of the same counter), and
 // __syncthreads() after the acquire extends that to all its threads. Cheaper than __threadfence() (a
 // sequentially consistent fence, in every thread) around relaxed atomics.
-MOEJIT_DEVICE int atomic_add_acq_rel_gpu(int* p, int v) {
-  int old;
-  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-  return old;
-}
 MOEJIT_DEVICE int atomic_add_acquire_gpu(int* p, int v) {
   int old;
   asm volatile("atom.acquire.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");

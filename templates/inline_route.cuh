@@ -99,6 +99,11 @@ struct InlineRouteList {
 // The host sizes streaming kernels' shared memory with this (kInlineRouteListBytes in generator.hpp).
 static_assert(sizeof(InlineRouteList) == 1544, "update kInlineRouteListBytes");
 
+// Slot of local expert e (present in the list): experts present below e.
+MOEJIT_DEVICE int inline_slot_of(const InlineRouteList& sh, int e) {
+  return sh.word_base[e >> 5] + __popc(sh.bits[e >> 5] & ((1u << (e & 31)) - 1u));
+}
+
 template <int kExperts>
 MOEJIT_DEVICE void inline_route_list(const i32* ids, int pairs, int expert_begin, InlineRouteList& sh) {
   static_assert(kExperts <= 1024, "inline routing covers at most 1024 experts");
@@ -122,7 +127,7 @@ MOEJIT_DEVICE void inline_route_list(const i32* ids, int pairs, int expert_begin
     for (int h = 0; h < 2; ++h) {
       slot[h] = -1;
       if (e[h] >= 0) {
-        slot[h] = sh.word_base[e[h] >> 5] + __popc(sh.bits[e[h] >> 5] & ((1u << (e[h] & 31)) - 1u));
+        slot[h] = inline_slot_of(sh, e[h]);
         atomicAdd(&sh.count[slot[h]], 1);
         if (h == 0) atomicAdd(&sh.count_low[slot[h]], 1);
         sh.expert[slot[h]] = e[h];

@@ -72,6 +72,15 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
   MOEJIT_TRACE_CTA(5);
 
   const int K = p.route.top_k;
+  // Pair q's result for row r of the slab (expert e): its parts' raw sums, scaled, plus the bias.
+  auto pair_y = [&](int q, int e, int r) {
+    float y = 0.f;
+#pragma unroll
+    for (int part = 0; part < kParts; ++part) y += red[(q * kParts + part) * 16 + r];
+    y *= kNvfp4 ? p.gscale[e] * kAccScale : kAccScale;
+    if (kBias) y += p.bias[(size_t)e * kH + slab * 16 + r];
+    return y;
+  };
   if constexpr (kGroups == 1) {
     for (int idx = threadIdx.x; idx < p.tokens * 16; idx += blockDim.x) {
       const int m = idx >> 4, r = idx & 15, row = slab * 16 + r;
@@ -80,11 +89,7 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
         const int q = m * K + k;
         const int e = p.route.topk_ids[q] - p.route.expert_begin;
         if (e < 0 || e >= kE) continue;
-        float y = 0.f;
-#pragma unroll
-        for (int part = 0; part < kParts; ++part) y += red[(q * kParts + part) * 16 + r];
-        y *= kNvfp4 ? p.gscale[e] * kAccScale : kAccScale;
-        if (kBias) y += p.bias[(size_t)e * kH + row];
+        const float y = pair_y(q, e, r);
         sum += p.topk_weights[q] * y;
       }
       p.out[(size_t)m * kH + row] = f32_to_bf16(sum);
@@ -108,11 +113,7 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
         if (slot + step < route.num_active && route.offset[slot + step] <= t) slot += step;
       if ((slot / kSlotsPerBlock) % kGroups != group) continue;
       const int e = route.expert[slot], q = route.pair[t];
-      float y = 0.f;
-#pragma unroll
-      for (int part = 0; part < kParts; ++part) y += red[(q * kParts + part) * 16 + r];
-      y *= kNvfp4 ? p.gscale[e] * kAccScale : kAccScale;
-      if (kBias) y += p.bias[(size_t)e * kH + row];
+      const float y = pair_y(q, e, r);
       const float wy = p.topk_weights[q] * y;
       red[q * kParts * 16 + r] = wy;
       p.partial[(size_t)q * kH + row] = wy;
@@ -141,8 +142,7 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
             const int q = m * K + k0 + j;
             const int e = k0 + j < K ? p.route.topk_ids[q] - p.route.expert_begin : -1;
             local[j] = e >= 0 && e < kE;
-            const int slot =
-                local[j] ? route.word_base[e >> 5] + __popc(route.bits[e >> 5] & ((1u << (e & 31)) - 1u)) : 0;
+            const int slot = local[j] ? inline_slot_of(route, e) : 0;
             v[j] = !local[j] ? 0.f
                    : (slot / kSlotsPerBlock) % kGroups == group ? red[q * kParts * 16 + r]
                                                                 : ld_cg_f32(p.partial + (size_t)q * kH + row);
