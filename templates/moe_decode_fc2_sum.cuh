@@ -97,7 +97,8 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
   } else {
     // The slab's counter (FC1 zeroed it): arrivals in bits 0-15, CTAs whose rows are published in bits
     // 16+. Thread 0 arrives first, so the round trip overlaps the epilogue below.
-    constexpr int kSlotsPerBlock = kWarps / kParts;
+    // CTA g computes the slots of every kGroups-th block of kWarps / kParts slots (the units loop above).
+    auto computes_slot = [&](int slot) { return (slot / (kWarps / kParts)) % kGroups == group; };
     int* const counter = p.counters + slab;
     __shared__ int arrival;
     int seen = 0;
@@ -111,7 +112,7 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
       int slot = 0;  // the slot whose pairs hold list position t: last offset <= t
       for (int step = kInlineMaxPairs / 2; step > 0; step >>= 1)
         if (slot + step < route.num_active && route.offset[slot + step] <= t) slot += step;
-      if ((slot / kSlotsPerBlock) % kGroups != group) continue;
+      if (!computes_slot(slot)) continue;
       const int e = route.expert[slot], q = route.pair[t];
       const float y = pair_y(q, e, r);
       const float wy = p.topk_weights[q] * y;
@@ -144,8 +145,8 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
             local[j] = e >= 0 && e < kE;
             const int slot = local[j] ? inline_slot_of(route, e) : 0;
             v[j] = !local[j] ? 0.f
-                   : (slot / kSlotsPerBlock) % kGroups == group ? red[q * kParts * 16 + r]
-                                                                : ld_cg_f32(p.partial + (size_t)q * kH + row);
+                   : computes_slot(slot) ? red[q * kParts * 16 + r]
+                                         : ld_cg_f32(p.partial + (size_t)q * kH + row);
           }
 #pragma unroll
           for (int j = 0; j < 8; ++j)
