@@ -122,10 +122,18 @@ void choose_decode_tile(KernelKey& k, double ctas, int sm_count, bool split_k_fr
 // S expected experts (1..4), so that at M = 1 every warp has one unit. Registers go to depth: as many
 // chunks in flight per warp as the register cap allows (~12 registers per ring slot in ptxas output),
 // at most the part's chunks and the key's limit of 8.
-void choose_fc2_sum_tile(KernelKey& k, const LayerSpec& spec, double experts_touched, int sm_count) {
+int decode_columns(int tokens, const KernelKey& k);
+
+void choose_fc2_sum_tile(KernelKey& k, const LayerSpec& spec, int tokens, double experts_touched, int sm_count) {
   const int slots = std::max(1, static_cast<int>(std::lround(experts_touched)));
   const int ctas = spec.hidden / 16;
   k.min_blocks = std::max(1, (ctas + sm_count - 1) / sm_count);
+  // In 4 columns, two CTAs' registers per SM even where H/16 slabs leave one CTA per SM (Qwen3: 128
+  // slabs): a CTA that takes the whole register file becomes resident only once every FC1 CTA on its
+  // SM has ended, so its routing and first loads wait behind FC1's tail; at 64 registers it starts
+  // beside FC1's last CTA. Qwen3, same runs, M = 1/2/4, µs: w16d4o1 15.6/21.0/33.5, 15.6/21.0/33.6 ->
+  // w16d1o2 15.5/21.3/32.2, 15.4/21.3/32.2. In 8 columns (M = 8) it loses: 54.8 -> 61.0.
+  if (k.min_blocks == 1 && decode_columns(tokens, k) == 4) k.min_blocks = 2;
   k.warps = std::clamp(32 / k.min_blocks, 4, 16);
   k.parts = std::clamp(k.warps / slots, 1, 4);
   // Where H/16 whole slabs spread unevenly over the SMs (gpt-oss: 180 on 132 put two on 48 SMs, which
@@ -322,7 +330,7 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   if (fc1.inline_route && plan.launch != DecodeLaunch::cooperative &&
       variant_from_env("MOEJIT_DECODE_FC2", "sum", "split", fc2_sum_default)) {
     fc2.kind = KernelKind::decode_fc2_sum;
-    choose_fc2_sum_tile(fc2, spec, experts_touched, sms);
+    choose_fc2_sum_tile(fc2, spec, tokens, experts_touched, sms);
   } else {
     fc2.kind = KernelKind::decode_fc2;
     choose_decode_tile(fc2, spec.hidden / 16 * experts_touched, sms, /*split_k_freely=*/true);

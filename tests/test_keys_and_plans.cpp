@@ -342,6 +342,16 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
     CHECK(q_fc1.columns == 4);
   }
   CHECK(make_plan(qw, Arch::sm_90a, 8, 132).kernels[0].columns == 8);
+  // Qwen3's FC2-sum has one 16-warp CTA per slab and SM (128 slabs): in 4 columns (M <= 4) capped at 64
+  // registers so that it fits beside FC1's last CTA (depth 1); in 8 columns the whole register file.
+  for (int m : {1, 2, 4, 8}) {
+    const KernelKey q_fc2 = make_plan(qw, Arch::sm_90a, m, 132).kernels.back();
+    INFO(q_fc2.str());
+    CHECK(q_fc2.kind == KernelKind::decode_fc2_sum);
+    CHECK(q_fc2.warps == 16);
+    CHECK(q_fc2.min_blocks == (m <= 4 ? 2 : 1));
+    CHECK(q_fc2.depth == (m <= 4 ? 1 : 4));
+  }
   // Qwen3's split FC2 with two token tiles (M = 40..64) over its 12-chunk K: 2 warps, 12 CTAs per SM;
   // gpt-oss's 45-chunk FC2 with two tiles keeps 4 warps at 6 per SM.
   const KernelKey q64_fc2 = make_plan(qw, Arch::sm_90a, 64, 132).kernels.back();

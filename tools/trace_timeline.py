@@ -78,6 +78,16 @@ def main():
                 by.setdefault(per_sm[r[7] & 0xFFFFFFFF], []).append(us(r[slot]))
         for n, v in sorted(by.items()):
             print(f"{name:>13}, {n:2d} CTAs/SM: {quantiles(v)}")
+    # Is a kernel's tail the SMs' (some SMs slower throughout: dynamic work would help) or its CTAs'
+    # (random per chain)? Spread of the per-SM medians against the spread around them.
+    for name, rows, slot in (("FC1 end", one, 6), ("FC2 work done", two, 5)):
+        per = {}
+        for r in rows:
+            if r[slot] >= r[0]:
+                per.setdefault(r[7] & 0xFFFFFFFF, []).append(us(r[slot]))
+        med = {sm: sorted(v)[len(v) // 2] for sm, v in per.items()}
+        print(f"{name + ', SM medians':>24}: {quantiles(list(med.values()))}")
+        print(f"{name + ', CTA - its SM':>24}: {quantiles([t - med[sm] for sm, v in per.items() for t in v])}")
     warp_path = fc2[0][: -len("cta.bin")] + "warp.bin"
     m = re.search(r"_w(\d+)n", os.path.basename(fc2[0]))
     if os.path.exists(warp_path) and m:
