@@ -122,18 +122,17 @@ void choose_decode_tile(KernelKey& k, double ctas, int sm_count, bool split_k_fr
 // S expected experts (1..4), so that at M = 1 every warp has one unit. Registers go to depth: as many
 // chunks in flight per warp as the register cap allows (~12 registers per ring slot in ptxas output),
 // at most the part's chunks and the key's limit of 8.
-int decode_columns(int tokens, const KernelKey& k);
-
 void choose_fc2_sum_tile(KernelKey& k, const LayerSpec& spec, int tokens, double experts_touched, int sm_count) {
   const int slots = std::max(1, static_cast<int>(std::lround(experts_touched)));
   const int ctas = spec.hidden / 16;
   k.min_blocks = std::max(1, (ctas + sm_count - 1) / sm_count);
-  // In 4 columns, two CTAs' registers per SM even where H/16 slabs leave one CTA per SM (Qwen3: 128
+  // Up to 4 tokens, two CTAs' registers per SM even where H/16 slabs leave one CTA per SM (Qwen3: 128
   // slabs): a CTA that takes the whole register file becomes resident only once every FC1 CTA on its
   // SM has ended, so its routing and first loads wait behind FC1's tail; at 64 registers it starts
   // beside FC1's last CTA. Qwen3, same runs, M = 1/2/4, µs: w16d4o1 15.6/21.0/33.5, 15.6/21.0/33.6 ->
-  // w16d1o2 15.5/21.3/32.2, 15.4/21.3/32.2. In 8 columns (M = 8) it loses: 54.8 -> 61.0.
-  if (k.min_blocks == 1 && decode_columns(tokens, k) == 4) k.min_blocks = 2;
+  // w16d1o2 15.5/21.3/32.2, 15.4/21.3/32.2. With more tokens each warp walks several units and the
+  // deeper ring wins: M = 6/8 in 4 columns 46.9/54.3, 46.5/54.5 (w16d4o1) against 51.4/59.5, 51.5/56.8.
+  if (k.min_blocks == 1 && tokens <= 4) k.min_blocks = 2;
   k.warps = std::clamp(32 / k.min_blocks, 4, 16);
   k.parts = std::clamp(k.warps / slots, 1, 4);
   // Where H/16 whole slabs spread unevenly over the SMs (gpt-oss: 180 on 132 put two on 48 SMs, which
@@ -266,6 +265,11 @@ int decode_columns(int tokens, const KernelKey& k) {
   const bool nvfp4_register_fc1 = k.format == ScaleFormat::nvfp4 &&
                                   (k.kind == KernelKind::decode_fc1 || k.kind == KernelKind::decode_fc1_loop);
   const bool long_nvfp4_fc1_warps = nvfp4_register_fc1 && fc1_chunks_per_warp(k) > 16 && !k.x_staged;
+  // FC2-sum (at most 64 pairs) stays in 4 columns up to 8 tokens: few experts serve more than 4 pairs,
+  // and those take a second pass over their slab from the L2. Same runs, µs, M = 6/8, 8 : 4 columns:
+  // gpt-oss 107.3/130.5, 103.9/130.5 : 104.0/129.9, 104.1/130.5; DeepSeek-V3 315.9/398.2, 314.8/393.7 :
+  // 309.2/388.7, 309.9/389.0; Qwen3 47.3/54.9, 47.4/55.2 : 46.9/54.3, 46.5/54.5.
+  if ((!env || !*env) && k.kind == KernelKind::decode_fc2_sum) return tokens <= 8 ? 4 : 8;
   if (!env || !*env) return tokens <= 4 && !long_nvfp4_fc1_warps ? 4 : 8;
   const std::string_view v(env);
   if (v == "8") return 8;

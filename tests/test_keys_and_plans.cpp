@@ -342,15 +342,17 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
     CHECK(q_fc1.columns == 4);
   }
   CHECK(make_plan(qw, Arch::sm_90a, 8, 132).kernels[0].columns == 8);
-  // Qwen3's FC2-sum has one 16-warp CTA per slab and SM (128 slabs): in 4 columns (M <= 4) capped at 64
-  // registers so that it fits beside FC1's last CTA (depth 1); in 8 columns the whole register file.
-  for (int m : {1, 2, 4, 8}) {
+  // Qwen3's FC2-sum has one 16-warp CTA per slab and SM (128 slabs): up to 4 tokens capped at 64
+  // registers so that it fits beside FC1's last CTA (depth 1), above that the whole register file; 4
+  // columns up to 8 tokens.
+  for (int m : {1, 2, 4, 5, 8}) {
     const KernelKey q_fc2 = make_plan(qw, Arch::sm_90a, m, 132).kernels.back();
     INFO(q_fc2.str());
     CHECK(q_fc2.kind == KernelKind::decode_fc2_sum);
     CHECK(q_fc2.warps == 16);
     CHECK(q_fc2.min_blocks == (m <= 4 ? 2 : 1));
     CHECK(q_fc2.depth == (m <= 4 ? 1 : 4));
+    CHECK(q_fc2.columns == 4);
   }
   // Qwen3's split FC2 with two token tiles (M = 40..64) over its 12-chunk K: 2 warps, 12 CTAs per SM;
   // gpt-oss's 45-chunk FC2 with two tiles keeps 4 warps at 6 per SM.
@@ -372,7 +374,10 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK(d4.kernels[1].columns == 4);
   CHECK(make_plan(ds, Arch::sm_90a, 1, 132).kernels[0].kind == KernelKind::decode_fc1);
   CHECK(g4.kernels[0].columns == 4);  // MXFP4 FC1
-  CHECK(make_plan(s, Arch::sm_90a, 5, 132).kernels[1].columns == 8);
+  CHECK(make_plan(s, Arch::sm_90a, 5, 132).kernels[0].columns == 8);  // FC1 in 8 columns from 5 tokens,
+  CHECK(make_plan(s, Arch::sm_90a, 5, 132).kernels[1].columns == 4);  // FC2-sum in 4 up to 8 tokens
+  CHECK(make_plan(s, Arch::sm_90a, 8, 132).kernels[1].columns == 4);
+  CHECK(make_plan(s, Arch::sm_90a, 9, 132).kernels[1].columns == 8);
   ::setenv("MOEJIT_DECODE_FC1", "grid", 1);
   ::setenv("MOEJIT_DECODE_FC2", "split", 1);
   const Plan g4_grid = make_plan(s, Arch::sm_90a, 4, 132);
