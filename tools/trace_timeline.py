@@ -88,6 +88,15 @@ def main():
         med = {sm: sorted(v)[len(v) // 2] for sm, v in per.items()}
         print(f"{name + ', SM medians':>24}: {quantiles(list(med.values()))}")
         print(f"{name + ', CTA - its SM':>24}: {quantiles([t - med[sm] for sm, v in per.items() for t in v])}")
+        # Which CTAs of an SM end late: by launch rank on the SM (order of their start stamps). A rising
+        # row means the SM's last-launched CTAs run behind the others for their whole chain.
+        by_rank = {}
+        for sm in per:
+            starts = sorted((r[0], us(r[slot])) for r in rows if r[slot] >= r[0] and (r[7] & 0xFFFFFFFF) == sm)
+            for k, (_, t) in enumerate(starts):
+                by_rank.setdefault(k, []).append(t - med[sm])
+        ranks = "  ".join(f"{k}:{sorted(v)[len(v) // 2]:+.2f}" for k, v in sorted(by_rank.items()))
+        print(f"{name + ', by launch rank':>24}: {ranks}  (median of CTA - its SM)")
     warp_path = fc2[0][: -len("cta.bin")] + "warp.bin"
     m = re.search(r"_w(\d+)n", os.path.basename(fc2[0]))
     if os.path.exists(warp_path) and m:
