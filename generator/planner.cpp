@@ -269,8 +269,10 @@ int decode_columns(int tokens, const KernelKey& k) {
   // and those take a second pass over their slab from the L2. Same runs, µs, M = 6/8, 8 : 4 columns:
   // gpt-oss 107.3/130.5, 103.9/130.5 : 104.0/129.9, 104.1/130.5; DeepSeek-V3 315.9/398.2, 314.8/393.7 :
   // 309.2/388.7, 309.9/389.0; Qwen3 47.3/54.9, 47.4/55.2 : 46.9/54.3, 46.5/54.5.
-  if ((!env || !*env) && k.kind == KernelKind::decode_fc2_sum) return tokens <= 8 ? 4 : 8;
-  if (!env || !*env) return tokens <= 4 && !long_nvfp4_fc1_warps ? 4 : 8;
+  if (!env || !*env) {
+    if (k.kind == KernelKind::decode_fc2_sum) return tokens <= 8 ? 4 : 8;
+    return tokens <= 4 && !long_nvfp4_fc1_warps ? 4 : 8;
+  }
   const std::string_view v(env);
   if (v == "8") return 8;
   if (v == "4") return 4;

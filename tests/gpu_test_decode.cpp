@@ -163,8 +163,8 @@ TEST_CASE("every FC1 x FC2 variant for few pairs matches the reference", "[gpu][
 TEST_CASE("pairs in even MMA columns only give the same bits as pairs in every column", "[gpu][variants][columns]") {
   // columns = 4 moves pair t from column t to column 2t of its n-tile and skips the odd columns'
   // block-scale FMAs; every column's sums are independent, so outputs must not change. The planner
-  // picks 4 at M <= 4 (FC2-sum up to M = 8); M = 9 and 16 force it where experts hold more than 4 pairs (several passes per
-  // slab), on every FC1 and FC2 variant.
+  // picks 4 at M <= 4 (FC2-sum up to M = 8); M = 9 and 16 force it where experts hold more than 4
+  // pairs (several passes per slab), on every FC1 and FC2 variant.
   const ScopedEnv guard{"MOEJIT_DECODE_FC1", "MOEJIT_DECODE_FC2", "MOEJIT_DECODE_COLUMNS"};
   uint64_t seed = 8000;
   for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4}) {

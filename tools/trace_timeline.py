@@ -36,10 +36,11 @@ def quantiles(v):
 
 
 def latest(dirpath, prefix, suffix):
-    """The module of this kind whose CTA records are the most recent, with its records."""
+    """The module of this kind whose CTA records are the most recent, with its records (each with its
+    linear CTA index, the hardware's dispatch order, appended as element 8)."""
     best = None
     for path in glob.glob(os.path.join(dirpath, prefix + "*." + suffix + ".bin")):
-        recs = [r for r in records(path) if r[7] >> 32 and r[0]]
+        recs = [r + (i,) for i, r in enumerate(records(path)) if r[7] >> 32 and r[0]]
         if recs and (best is None or max(r[0] for r in recs) > best[2]):
             best = (path, recs, max(r[0] for r in recs))
     return best
@@ -80,20 +81,20 @@ def main():
             print(f"{name:>13}, {n:2d} CTAs/SM: {quantiles(v)}")
     # Is a kernel's tail the SMs' (some SMs slower throughout: dynamic work would help) or its CTAs'
     # (random per chain)? Spread of the per-SM medians against the spread around them.
+    # Which CTAs of an SM end late: by launch rank on the SM (the order of their linear CTA indices; the
+    # start stamps tie at the timer's 32 ns steps). A rising row means the SM's last-launched CTAs run
+    # behind the others for their whole chain.
     for name, rows, slot in (("FC1 end", one, 6), ("FC2 work done", two, 5)):
-        per = {}
-        for r in rows:
+        per = {}  # SM -> [(CTA index, time)], in launch order
+        for r in sorted(rows, key=lambda r: r[8]):
             if r[slot] >= r[0]:
-                per.setdefault(r[7] & 0xFFFFFFFF, []).append(us(r[slot]))
-        med = {sm: sorted(v)[len(v) // 2] for sm, v in per.items()}
+                per.setdefault(r[7] & 0xFFFFFFFF, []).append((r[8], us(r[slot])))
+        med = {sm: sorted(t for _, t in v)[len(v) // 2] for sm, v in per.items()}
         print(f"{name + ', SM medians':>24}: {quantiles(list(med.values()))}")
-        print(f"{name + ', CTA - its SM':>24}: {quantiles([t - med[sm] for sm, v in per.items() for t in v])}")
-        # Which CTAs of an SM end late: by launch rank on the SM (order of their start stamps). A rising
-        # row means the SM's last-launched CTAs run behind the others for their whole chain.
+        print(f"{name + ', CTA - its SM':>24}: {quantiles([t - med[sm] for sm, v in per.items() for _, t in v])}")
         by_rank = {}
-        for sm in per:
-            starts = sorted((r[0], us(r[slot])) for r in rows if r[slot] >= r[0] and (r[7] & 0xFFFFFFFF) == sm)
-            for k, (_, t) in enumerate(starts):
+        for sm, v in per.items():
+            for k, (_, t) in enumerate(v):
                 by_rank.setdefault(k, []).append(t - med[sm])
         ranks = "  ".join(f"{k}:{sorted(v)[len(v) // 2]:+.2f}" for k, v in sorted(by_rank.items()))
         print(f"{name + ', by launch rank':>24}: {ranks}  (median of CTA - its SM)")
