@@ -269,9 +269,17 @@ int decode_columns(int tokens, const KernelKey& k) {
   // and those take a second pass over their slab from the L2. Same runs, µs, M = 6/8, 8 : 4 columns:
   // gpt-oss 107.3/130.5, 103.9/130.5 : 104.0/129.9, 104.1/130.5; DeepSeek-V3 315.9/398.2, 314.8/393.7 :
   // 309.2/388.7, 309.9/389.0; Qwen3 47.3/54.9, 47.4/55.2 : 46.9/54.3, 46.5/54.5.
+  // FC1 (grid, loop, stream) with two matrices likewise up to 8 tokens, except NVFP4's register-fed FC1
+  // with long warps; one-matrix FC1s (relu2) lose there. Same runs, µs, M = 6/8, 8 : 4 columns: gpt-oss
+  // loop 103.3/130.1, 103.9/129.8 : 97.1/125.4, 96.8/125.2 (at 7 CTAs per SM; 99.6/127.4 at 8);
+  // DeepSeek-V3 stream 308.8/405.5, 310.0/397.9 : 299.7/384.1, 300.7/397.4; Qwen3 loop 46.6/54.4,
+  // 46.6/54.1 : 45.6/53.2, 45.5/53.2; Nemotron (relu2) 76.3/89.9, 76.1/89.9 : 76.7/91.3, 77.0/91.0.
   if (!env || !*env) {
+    const bool fc1 = k.kind == KernelKind::decode_fc1 || k.kind == KernelKind::decode_fc1_loop ||
+                     k.kind == KernelKind::decode_fc1_stream;
     if (k.kind == KernelKind::decode_fc2_sum) return tokens <= 8 ? 4 : 8;
-    return tokens <= 4 && !long_nvfp4_fc1_warps ? 4 : 8;
+    const int four_up_to = fc1 && is_gated(k.activation) ? 8 : 4;
+    return tokens <= four_up_to && !long_nvfp4_fc1_warps ? 4 : 8;
   }
   const std::string_view v(env);
   if (v == "8") return 8;
@@ -375,8 +383,8 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   fc1.columns = decode_columns(tokens, fc1);
   fc2.columns = decode_columns(tokens, fc2);
   // The loop's 9-16-chunk warps in 4 columns run without spills at 72 registers (7 CTAs per SM), where
-  // 64 (8 per SM) spill 40 bytes: gpt-oss M = 4, two runs each, 69.2, 69.4 -> 67.3, 66.8 us. In 8
-  // columns 7 CTAs lose (M = 8/16 138.7/232.1 -> 140.4/236.5), so they keep 8.
+  // 64 (8 per SM) spill 40 bytes: gpt-oss M = 4, two runs each, 69.2, 69.4 -> 67.3, 66.8 us; M = 6/8
+  // 99.6/127.4 -> 97.1/125.4. In 8 columns 7 CTAs lose (M = 16 232.1 -> 236.5), so they keep 8.
   if (fc1.kind == KernelKind::decode_fc1_loop && fc1.columns == 4 && fc1.min_blocks == 8) fc1.min_blocks = 7;
   apply_tuning_overrides(fc1, "MOEJIT_DECODE_TILE_FC1");
   apply_tuning_overrides(fc2, "MOEJIT_DECODE_TILE_FC2");

@@ -318,10 +318,14 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK(g4.kernels[0].warps == 4);
   CHECK(g4.kernels[0].columns == 4);
   CHECK(g4.kernels[0].min_blocks == 7);
-  const Plan g8 = make_plan(s, Arch::sm_90a, 8, 132);
+  const Plan g8 = make_plan(s, Arch::sm_90a, 8, 132);  // 4 columns up to 8 tokens, so 7 CTAs per SM
   CHECK(g8.kernels[0].kind == KernelKind::decode_fc1_loop);
-  CHECK(g8.kernels[0].columns == 8);
-  CHECK(g8.kernels[0].min_blocks == 8);
+  CHECK(g8.kernels[0].columns == 4);
+  CHECK(g8.kernels[0].min_blocks == 7);
+  const Plan g16 = make_plan(s, Arch::sm_90a, 16, 132);
+  CHECK(g16.kernels[0].kind == KernelKind::decode_fc1_loop);
+  CHECK(g16.kernels[0].columns == 8);
+  CHECK(g16.kernels[0].min_blocks == 8);
   const Plan d4 = make_plan(ds, Arch::sm_90a, 4, 132);
   CHECK(d4.kernels[0].kind == KernelKind::decode_fc1_stream);
   CHECK(d4.kernels[0].str().find(":w4n1d3o3p4c4:") != std::string::npos);
@@ -341,7 +345,11 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
     CHECK(q_fc1.kind == KernelKind::decode_fc1);
     CHECK(q_fc1.columns == 4);
   }
-  CHECK(make_plan(qw, Arch::sm_90a, 8, 132).kernels[0].columns == 8);
+  CHECK(make_plan(qw, Arch::sm_90a, 8, 132).kernels[0].columns == 4);
+  CHECK(make_plan(qw, Arch::sm_90a, 9, 132).kernels[0].columns == 8);
+  CHECK(make_plan(ds, Arch::sm_90a, 8, 132).kernels[0].columns == 4);  // streaming FC1
+  const LayerSpec nemotron = load_model_config("nemotron-3-nano-30b-a3b").local();  // relu2: one matrix
+  CHECK(make_plan(nemotron, Arch::sm_90a, 6, 132).kernels[0].columns == 8);
   // Qwen3's FC2-sum has one 16-warp CTA per slab and SM (128 slabs): up to 4 tokens capped at 64
   // registers so that it fits beside FC1's last CTA (depth 1), above that the whole register file; 4
   // columns up to 8 tokens.
@@ -374,8 +382,8 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK(d4.kernels[1].columns == 4);
   CHECK(make_plan(ds, Arch::sm_90a, 1, 132).kernels[0].kind == KernelKind::decode_fc1);
   CHECK(g4.kernels[0].columns == 4);  // MXFP4 FC1
-  CHECK(make_plan(s, Arch::sm_90a, 5, 132).kernels[0].columns == 8);  // FC1 in 8 columns from 5 tokens,
-  CHECK(make_plan(s, Arch::sm_90a, 5, 132).kernels[1].columns == 4);  // FC2-sum in 4 up to 8 tokens
+  CHECK(make_plan(s, Arch::sm_90a, 5, 132).kernels[0].columns == 4);  // FC1 and FC2-sum in 4 columns
+  CHECK(make_plan(s, Arch::sm_90a, 5, 132).kernels[1].columns == 4);  // up to 8 tokens
   CHECK(make_plan(s, Arch::sm_90a, 8, 132).kernels[1].columns == 4);
   CHECK(make_plan(s, Arch::sm_90a, 9, 132).kernels[1].columns == 8);
   ::setenv("MOEJIT_DECODE_FC1", "grid", 1);
