@@ -39,14 +39,23 @@ Family parse_family(std::string_view s) {
 }
 
 namespace {
-// Token columns held in registers per pass (8 per tile, at most 8 tiles). Sized for the busiest expert
-// under balanced routing, mean + 3 sigma + 1 of Binomial(M*K, 1/E), capped by M: more tiles than
-// tokens cost registers (occupancy) and idle MMAs, and an expert with more tokens than the tiles hold
-// is still served correctly by another pass over its weights.
+// Token columns held in registers per pass (8 per tile, at most 8 tiles). The busiest expert under
+// balanced routing has mean + 3 sigma + 1 of Binomial(M*K, 1/E) pairs (capped by M). Up to 32 of them
+// (four passes) one 8-column tile serves it, walking its slab once per 8 pairs: the slab is back from
+// the L2 for the later passes, and the narrow tile keeps the register cap (hence the warps per SM) of
+// the one-pass kernels. v14 measured that against 2-8 tiles, same runs, µs (n1 tiles as planned now):
+// Qwen3-30B-A3B M = 40/48/64 175.6/188.9/194.8 -> 125.6/135.3/143.2, M = 96/128/192/256
+// 208.1/462.1/497.7/528.0 -> 173.1/220.4/297.0/376.4 (busiest ~29 pairs at 256); gpt-oss-120b M =
+// 128/192/256 716.8/770.1/1527.0 -> 499.5/626.4/781.0; DeepSeek-V3 M = 128/256 2700.3/5833.9 ->
+// 1837.3/2637.9; Nemotron-3-Nano M = 64/128/256 436.3/488.4/875.2 -> 261.5/339.7/589.0. Busier experts
+// (few experts, many tokens; not measured) keep tiles for the busiest expert: more tiles than tokens
+// cost registers (occupancy) and idle MMAs, and an expert with more tokens than the tiles hold is
+// still served correctly by another pass over its weights.
 int decode_ntiles(const LayerSpec& spec, int tokens) {
   const double mean = static_cast<double>(tokens) * spec.top_k / spec.experts;
   const double busiest = mean + 3.0 * std::sqrt(mean) + 1.0;
   const int cols = std::min(tokens, static_cast<int>(std::ceil(busiest)));
+  if (cols <= 32) return 1;
   int nt = 1;
   while (nt * 8 < cols) nt *= 2;  // 1, 2, 4, 8: few variants to prewarm
   return std::clamp(nt, 1, 8);
@@ -172,7 +181,7 @@ bool variant_from_env(const char* name, std::string_view on, std::string_view of
   throw Error(fmt::format("{}='{}' must be {} or {}", name, env, off, on));
 }
 
-// MOEJIT_DECODE_TILE="w<warps>d<depth>[o<CTAs per SM>][p<parts>][g<groups>][c<columns>][f<L2 prefetch>][x<0|1>]" overrides
+// MOEJIT_DECODE_TILE="w<warps>[n<token tiles>]d<depth>[o<CTAs per SM>][p<parts>][g<groups>][c<columns>][f<L2 prefetch>][x<0|1>]" overrides
 // the decode tile of FC1 and FC2 (decode_fc1_stream: d = stages, p = chunks per warp and stage),
 // MOEJIT_DECODE_TILE_FC1 / _FC2 one kernel only (they win over the shared one), for tuning sweeps with
 // `moejit bench` (keys stay canonical, so the cache and prewarm see exactly what runs).
@@ -184,10 +193,10 @@ void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
     env = std::getenv(name);
   }
   if (!env || !*env) return;
-  // Letter-number fields in the order w, d, o, p, g, c, f, x; w and d required.
-  const std::string_view text(env), order("wdopgcfx");
-  int value[8] = {0, 0, 0, 1, 1, 8, 0, 0};
-  bool seen[8] = {false, false, false, false, false, false, false, false};
+  // Letter-number fields in the order w, n, d, o, p, g, c, f, x; w and d required.
+  const std::string_view text(env), order("wndopgcfx");
+  int value[9] = {0, 1, 0, 0, 1, 1, 8, 0, 0};
+  bool seen[9] = {false, false, false, false, false, false, false, false, false};
   size_t at = 0, last = 0;
   bool ok = true;
   while (ok && at < text.size()) {
@@ -201,22 +210,25 @@ void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
     last = field;
     at = static_cast<size_t>(ptr - text.data());
   }
-  ok = ok && seen[0] && seen[1] && value[0] >= 1 && value[0] <= 16 && value[1] >= 1 && value[1] <= 8 &&
-       value[2] >= 0 && value[2] <= 32 && value[3] >= 1 && value[3] <= 8 && value[4] >= 1 && value[4] <= 8 &&
-       (value[5] == 8 || value[5] == 4) && value[6] >= 0 && value[6] <= 16 && (value[7] == 0 || value[7] == 1);
+  ok = ok && seen[0] && seen[2] && value[0] >= 1 && value[0] <= 16 && (value[1] == 1 || value[1] == 2 ||
+       value[1] == 4 || value[1] == 8) && value[2] >= 1 && value[2] <= 8 && value[3] >= 0 && value[3] <= 32 &&
+       value[4] >= 1 && value[4] <= 8 && value[5] >= 1 && value[5] <= 8 && (value[6] == 8 || value[6] == 4) &&
+       value[7] >= 0 && value[7] <= 16 && (value[8] == 0 || value[8] == 1);
   if (!ok)
-    throw Error(fmt::format("{}='{}' must look like w4d2, w4d2o6, w8d4o2p2, w8d1o3p2g2, w4d4p4, w4d1o8c4, w8d1o4c4f2 or "
-                            "w4d1o8c4x1 (warps 1..16, depth 1..8, CTAs per SM 0..32, parts 1..8, CTAs per slab 1..8, "
-                            "columns 8 or 4, L2 prefetch 0..16 chunks, staged x 0 or 1)",
+    throw Error(fmt::format("{}='{}' must look like w4d2, w4d2o6, w4n1d1o6, w8d4o2p2, w8d1o3p2g2, w4d4p4, w4d1o8c4, "
+                            "w8d1o4c4f2 or w4d1o8c4x1 (warps 1..16, token tiles 1, 2, 4 or 8, depth 1..8, CTAs per SM "
+                            "0..32, parts 1..8, CTAs per slab 1..8, columns 8 or 4, L2 prefetch 0..16 chunks, staged x 0 "
+                            "or 1)",
                             name, env));
   k.warps = value[0];
-  k.depth = value[1];
-  k.min_blocks = value[2];
-  if (seen[3]) k.parts = value[3];
-  if (seen[4]) k.groups = value[4];
-  if (seen[5]) k.columns = value[5];
-  if (seen[6]) k.l2_ahead = value[6];
-  if (seen[7]) k.x_staged = value[7] == 1;
+  if (seen[1]) k.ntiles = value[1];
+  k.depth = value[2];
+  k.min_blocks = value[3];
+  if (seen[4]) k.parts = value[4];
+  if (seen[5]) k.groups = value[5];
+  if (seen[6]) k.columns = value[6];
+  if (seen[7]) k.l2_ahead = value[7];
+  if (seen[8]) k.x_staged = value[8] == 1;
 }
 
 // FC1 with inline routing: one CTA per item (grid), one wave walking the items (loop), or that wave
@@ -348,6 +360,19 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   } else {
     fc2.kind = KernelKind::decode_fc2;
     choose_decode_tile(fc2, spec.hidden / 16 * experts_touched, sms, /*split_k_freely=*/true);
+    if (fc2.ntiles == 1 && fc2.warps == 1 && tokens > 32) {
+      // Many pairs per expert, walked in passes: 2-warp CTAs, 16 per SM (v14, µs, w1 at 32 per SM :
+      // w2 at 16: gpt-oss-120b M = 128/192 508.8/652.8 : 499.5/626.4, Nemotron-3-Nano M = 64/128/256
+      // 267.7/365.0/642.7 : 261.5/339.7/589.0, Qwen3-30B-A3B M = 40/48/64 127.3/138.9/149.6 :
+      // 125.6/135.3/143.2; DeepSeek-V3 M = 128/256 1837.3/2637.9 : 1859.3/2624.1). Up to 32 tokens the
+      // one-warp CTAs stay (Qwen3 M = 16/32 88.3/117.7 : 89.5/117.4).
+      fc2.warps = 2;
+      fc2.min_blocks = 16;
+    }
+    // A short K (at most 16 chunks, Qwen3-30B-A3B's 12) leaves each CTA's chain too short to hide its
+    // first loads: ask the L2 for 2 chunks ahead (v14, µs, Qwen3 M = 9/12/16/24/32 67.8/77.3/90.8/
+    // 101.6/119.5 -> 65.1/73.8/88.3/99.3/117.7); DeepSeek-V3's 32-chunk K loses (M = 16 681.4 -> 698.4).
+    if ((spec.intermediate + 63) / 64 <= 16) fc2.l2_ahead = 2;
   }
   // FC1 grids of more than one wave with inline routing and short CTAs (at most 16 chunks per warp):
   // one wave of CTAs walks the items, so later items skip the CTA launch and the routing round trip
@@ -380,6 +405,15 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   // (its ring already loads x a chunk ahead) 25.3, 25.1 : 25.0, 24.7, so only ring-less grids stage.
   fc1.x_staged = tokens == 1 && fc1.kind == KernelKind::decode_fc1 && fc1.ntiles == 1 &&
                  plan.launch != DecodeLaunch::cooperative && !decode_activation_ring(fc1);
+  // FC1 grids of several waves behind the route kernel: 2-warp CTAs at 85 registers, 12 per SM, as for
+  // one wave of them above (v14, µs, w4 at 6 per SM : w2 at 12: Qwen3-30B-A3B M = 16/32, FC2 with L2
+  // requests, 88.3/117.7 : 86.9/115.5; gpt-oss-120b M = 32/64 330.1/450.6 : 318.3/435.8; DeepSeek-V3
+  // M = 16/32/64 681.4/1161.3/1498.2 : 678.8/1150.5/1478.5; Nemotron-3-Nano M = 16/32 156.0/219.2 :
+  // 154.1/213.7). Inline-routed grids of several waves walk their items in a loop instead (above).
+  if (!fc1.inline_route && fc1.kind == KernelKind::decode_fc1 && fc1.ntiles == 1 && fc1_ctas > 8.0 * sms) {
+    fc1.warps = 2;
+    fc1.min_blocks = 12;
+  }
   fc1.columns = decode_columns(tokens, fc1);
   fc2.columns = decode_columns(tokens, fc2);
   // The loop's 9-16-chunk warps in 4 columns run without spills at 72 registers (7 CTAs per SM), where

@@ -362,23 +362,27 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
     CHECK(q_fc2.depth == (m <= 4 ? 1 : 4));
     CHECK(q_fc2.columns == 4);
   }
-  // Qwen3's split FC2 with two token tiles (M = 40..64) over its 12-chunk K: 2 warps, 12 CTAs per SM;
-  // gpt-oss's 45-chunk FC2 with two tiles keeps 4 warps at 6 per SM.
-  const KernelKey q64_fc2 = make_plan(qw, Arch::sm_90a, 64, 132).kernels.back();
-  CHECK(q64_fc2.kind == KernelKind::decode_fc2);
-  CHECK(q64_fc2.ntiles == 2);
-  CHECK(q64_fc2.warps == 2);
-  CHECK(q64_fc2.min_blocks == 12);
-  int gptoss_two_tile_fc2 = 0;
-  for (int m = 64; m <= kDecodeMaxTokens; m *= 2) {
-    const KernelKey g_fc2 = make_plan(s, Arch::sm_90a, m, 132).kernels.back();
-    INFO(g_fc2.str());
-    if (g_fc2.kind == KernelKind::decode_fc2 && g_fc2.ntiles == 2) {
-      ++gptoss_two_tile_fc2;
-      CHECK(g_fc2.warps == 4);
+  // Behind the route kernel every bundled layer keeps one token tile up to 256 tokens (the busiest
+  // expert's ~29 pairs at Qwen3 M = 256 take passes): FC1 in 2-warp CTAs at 12 per SM, the split FC2 in
+  // 1-warp CTAs at 32 per SM up to 32 tokens and 2-warp CTAs at 16 per SM beyond, with L2 requests 2
+  // chunks ahead over a K of at most 16 chunks (Qwen3's 12) only.
+  for (const LayerSpec* layer : {&s, &ds, &qw}) {
+    for (int m : {17, 32, 33, 64, 128, 256}) {
+      const Plan p = make_plan(*layer, Arch::sm_90a, m, 132);
+      INFO(p.describe());
+      REQUIRE(p.kernels.size() == 3);
+      CHECK(p.kernels[1].ntiles == 1);
+      CHECK(p.kernels[1].warps == 2);
+      CHECK(p.kernels[1].min_blocks == 12);
+      CHECK(p.kernels[2].kind == KernelKind::decode_fc2);
+      CHECK(p.kernels[2].ntiles == 1);
+      CHECK(p.kernels[2].warps == (m <= 32 ? 1 : 2));
+      CHECK(p.kernels[2].min_blocks == (m <= 32 ? 32 : 16));
+      CHECK(p.kernels[2].l2_ahead == (layer == &qw ? 2 : 0));
     }
   }
-  CHECK(gptoss_two_tile_fc2 > 0);  // the loop above did check a two-tile FC2
+  // A layer whose busiest expert exceeds 32 pairs sizes its tiles for it (3 experts at M = 64).
+  CHECK(make_plan(tiny_layer(), Arch::sm_90a, 64, 132).kernels.back().ntiles == 8);
   CHECK(d4.kernels[1].columns == 4);
   CHECK(make_plan(ds, Arch::sm_90a, 1, 132).kernels[0].kind == KernelKind::decode_fc1);
   CHECK(g4.kernels[0].columns == 4);  // MXFP4 FC1
@@ -412,7 +416,7 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   // A 3-expert toy layer: a grid small enough for 8-warp FC1 CTAs.
   CHECK(make_plan(tiny_layer(), Arch::sm_90a, 1, 132).kernels[0].warps == 8);
 
-  // Tile overrides: fields w, d, o, p, c in that order; a streaming FC1 sizes its CTAs per SM from
+  // Tile overrides: fields w, n, d, o, p, c in that order; a streaming FC1 sizes its CTAs per SM from
   // shared memory when o is absent; columns are 8 or 4, and MOEJIT_DECODE_COLUMNS sets both kernels.
   ::setenv("MOEJIT_DECODE_FC1", "stream", 1);
   ::setenv("MOEJIT_DECODE_TILE_FC1", "w8d3p2c4", 1);
@@ -457,7 +461,16 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   ::setenv("MOEJIT_DECODE_TILE_FC2", "w8d1p3g2", 1);
   CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("multiple of the parts"));
   ::unsetenv("MOEJIT_DECODE_TILE_FC2");
-  for (const char* bad : {"w4d1c3", "w4p2d1", "w4d1o2x", "d1w4", "w4d1f17", "w4d1f2c4", "w4d1x2", "w4d1x1f2"}) {
+  // n sets the token tiles (1, 2, 4 or 8), right after w.
+  ::setenv("MOEJIT_DECODE_TILE_FC1", "w4n2d1o4", 1);
+  ::setenv("MOEJIT_DECODE_TILE_FC2", "w4n2d1o6", 1);
+  const Plan two_tiles = make_plan(s, Arch::sm_90a, 64, 132);
+  CHECK(two_tiles.kernels[1].ntiles == 2);
+  CHECK(two_tiles.kernels[1].min_blocks == 4);
+  CHECK(two_tiles.kernels[2].ntiles == 2);
+  ::unsetenv("MOEJIT_DECODE_TILE_FC2");
+  for (const char* bad : {"w4d1c3", "w4p2d1", "w4d1o2x", "d1w4", "w4d1f17", "w4d1f2c4", "w4d1x2", "w4d1x1f2", "w4n3d1",
+                          "w4d1n2", "w4n0d1"}) {
     ::setenv("MOEJIT_DECODE_TILE_FC1", bad, 1);
     CHECK_THROWS_WITH(make_plan(ds, Arch::sm_90a, 2, 132), Catch::Contains("must look like"));
   }
