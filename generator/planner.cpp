@@ -231,6 +231,19 @@ void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
   if (seen[8]) k.x_staged = value[8] == 1;
 }
 
+// Routing inside the decode CTAs up to kInlineRouteMaxPairs pairs; MOEJIT_DECODE_INLINE_PAIRS=N (0..64)
+// lowers that threshold (0: always the route kernel), for measurements of the cutover.
+int inline_route_max_pairs() {
+  const char* env = std::getenv("MOEJIT_DECODE_INLINE_PAIRS");
+  if (!env || !*env) return kInlineRouteMaxPairs;
+  int v = -1;
+  const std::string_view text(env);
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || ptr != text.data() + text.size() || v < 0 || v > kInlineRouteMaxPairs)
+    throw Error(fmt::format("MOEJIT_DECODE_INLINE_PAIRS='{}' must be an integer in [0, {}]", env, kInlineRouteMaxPairs));
+  return v;
+}
+
 // FC1 with inline routing: one CTA per item (grid), one wave walking the items (loop), or that wave
 // with its weights streamed through shared memory (stream). MOEJIT_DECODE_FC1 overrides the choice.
 enum class Fc1Variant { grid, loop, stream };
@@ -342,7 +355,7 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   choose_decode_tile(fc1, spec.intermediate / 16 * experts_touched, sms, /*split_k_freely=*/false);
   // Few pairs: every decode CTA routes for itself, saving the route launch, and FC2 sums the top-k
   // experts inside each CTA (decode_fc2_sum) instead of through a partial buffer and a last-CTA pass.
-  fc1.inline_route = static_cast<long long>(tokens) * spec.top_k <= kInlineRouteMaxPairs && spec.experts <= 1024;
+  fc1.inline_route = static_cast<long long>(tokens) * spec.top_k <= inline_route_max_pairs() && spec.experts <= 1024;
   plan.launch = decode_launch_from_env();
   KernelKey fc2 = fc1;
   // FC2-sum's grid is H/16 CTAs: where that leaves SMs with one CTA more than others by a wide margin

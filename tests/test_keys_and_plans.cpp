@@ -381,6 +381,14 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
       CHECK(p.kernels[2].l2_ahead == (layer == &qw ? 2 : 0));
     }
   }
+  // MOEJIT_DECODE_INLINE_PAIRS lowers the inline-routing threshold (for measuring the cutover).
+  ::setenv("MOEJIT_DECODE_INLINE_PAIRS", "32", 1);
+  CHECK(make_plan(s, Arch::sm_90a, 8, 132).kernels.size() == 2);   // 32 pairs: inline
+  CHECK(make_plan(s, Arch::sm_90a, 9, 132).kernels.size() == 3);   // 36 pairs: the route kernel
+  ::setenv("MOEJIT_DECODE_INLINE_PAIRS", "65", 1);
+  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("MOEJIT_DECODE_INLINE_PAIRS"));
+  ::unsetenv("MOEJIT_DECODE_INLINE_PAIRS");
+  CHECK(make_plan(s, Arch::sm_90a, 16, 132).kernels.size() == 2);
   // A layer whose busiest expert exceeds 32 pairs sizes its tiles for it (3 experts at M = 64).
   CHECK(make_plan(tiny_layer(), Arch::sm_90a, 64, 132).kernels.back().ntiles == 8);
   CHECK(d4.kernels[1].columns == 4);
