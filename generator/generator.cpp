@@ -38,6 +38,12 @@ int decode_dynamic_smem(const KernelKey& raw) {
   return barriers + key.depth * key.warps * key.parts * fc1_mats(key) * (512 + scale_bytes);
 }
 
+int inline_route_pairs(const KernelKey& key) {
+  return key.inline_route == 0 ? 0 : key.inline_route == 1 ? kInlineRoutePairsNarrow : kInlineRouteMaxPairs;
+}
+
+int inline_route_list_bytes(const KernelKey& key) { return 16 * std::max(inline_route_pairs(key), kInlineRoutePairsNarrow) + 264; }
+
 int decode_ctas_per_sm(const KernelKey& key) {
   // Decode kernels hide latency with resident warps: cap registers so that at least 512 threads per
   // SM stay resident. Wide token tiles (4+) keep their accumulators instead. A streaming kernel runs
@@ -49,7 +55,7 @@ int decode_ctas_per_sm(const KernelKey& key) {
     // Shared memory per CTA: the ring, the static reduction buffer and routing list, and the 1 KiB the
     // driver reserves per CTA, out of 228 KiB per SM.
     const int per_cta = decode_dynamic_smem(key) + key.warps * key.ntiles * fc1_mats(key) * 4 * 32 * 4 +
-                        kInlineRouteListBytes + 1024;
+                        inline_route_list_bytes(key) + 1024;
     ctas = std::max(1, std::min(2048 / threads, 228 * 1024 / per_cta));  // as many as fit
   }
   return ctas;
@@ -73,8 +79,7 @@ GeneratedSource generate_source(const KernelKey& raw) {
   const int min_blocks = decode_ctas_per_sm(key);
   const bool prefetch_x = decode_activation_ring(key);
   std::string header = fmt::format("// moejit generated kernel\n// key: {}\n", key.str());
-  if (key.inline_route)
-    header += fmt::format("#define MOEJIT_INLINE_ROUTE_MAX_PAIRS {}\n", kInlineRouteMaxPairs);
+  if (key.inline_route) header += fmt::format("#define MOEJIT_INLINE_ROUTE_MAX_PAIRS {}\n", inline_route_pairs(key));
   if (key.l2_ahead > 0) header += fmt::format("#define MOEJIT_L2_AHEAD_CHUNKS {}\n", key.l2_ahead);
   if (key.x_staged) header += "#define MOEJIT_X_STAGED 1\n";
 #ifdef MOEJIT_TRACE_BUILD
@@ -127,7 +132,7 @@ GeneratedSource generate_source(const KernelKey& raw) {
           "  {15}<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {18}, {11}, {12}, {14}>(p);\n}}\n",
           threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), act_code(key.activation),
           cpp_bool(key.limit), cpp_bool(key.bias), key.experts, key.hidden, key.intermediate, key.warps, key.ntiles,
-          key.depth, cpp_bool(key.inline_route), min_blocks, cpp_bool(prefetch_x),
+          key.depth, cpp_bool(key.inline_route != 0), min_blocks, cpp_bool(prefetch_x),
           function, fused ? "DecodeFusedParams" : "DecodeFc1Params", fused ? "moe_decode_fused" : "moe_decode_fc1",
           key.columns, stage_check);
       break;
@@ -159,7 +164,7 @@ GeneratedSource generate_source(const KernelKey& raw) {
           "  {13}<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {14}, {9}, {10}, {12}>(p);\n}}\n",
           threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), cpp_bool(key.bias), key.experts,
           key.hidden, key.intermediate, key.warps, key.ntiles, key.depth,
-          sum ? fmt::format("{}, {}", key.parts, key.groups) : std::string(cpp_bool(key.inline_route)), min_blocks,
+          sum ? fmt::format("{}, {}", key.parts, key.groups) : std::string(cpp_bool(key.inline_route != 0)), min_blocks,
           cpp_bool(prefetch_x), function, key.columns);
       break;
     }

@@ -42,7 +42,7 @@ std::string KernelKey::str() const {
   return fmt::format("{}:{}:{}:{}:{}:E{}:H{}:I{}:w{}n{}d{}o{}{}:b{}:l{}:i{}", to_string(kind), to_string(arch),
                      to_string(format), to_string(activation), to_string(precision), experts, hidden,
                      intermediate, warps, ntiles, depth, min_blocks, p, bias ? 1 : 0, limit ? 1 : 0,
-                     inline_route ? 1 : 0);
+                     inline_route);
 }
 
 namespace {
@@ -122,11 +122,11 @@ KernelKey KernelKey::parse(std::string_view s) {
   k.parts = ppos == std::string_view::npos ? 1 : parse_int_field(tile.substr(ppos + 1), "parts", s);
   int b = parse_prefixed(p[9], 'b', "bias", s), l = parse_prefixed(p[10], 'l', "limit", s),
       in = parse_prefixed(p[11], 'i', "inline_route", s);
-  if ((b != 0 && b != 1) || (l != 0 && l != 1) || (in != 0 && in != 1))
-    throw Error(fmt::format("kernel key '{}': bias, limit and inline-route fields must be b0/b1, l0/l1 and i0/i1", s));
+  if ((b != 0 && b != 1) || (l != 0 && l != 1) || in < 0 || in > 2)
+    throw Error(fmt::format("kernel key '{}': bias, limit and inline-route fields must be b0/b1, l0/l1 and i0/i1/i2", s));
   k.bias = b == 1;
   k.limit = l == 1;
-  k.inline_route = in == 1;
+  k.inline_route = in;
   return k;
 }
 
@@ -175,6 +175,9 @@ KernelKey KernelKey::normalized() const {
     throw Error(fmt::format("kernel key {}: the decode family computes in a16 only", str()));
   if (k.parts < 1 || k.parts > 8) throw Error(fmt::format("kernel key {}: parts must be in [1, 8]", str()));
   if (k.kind != KernelKind::decode_fc2_sum && k.kind != KernelKind::decode_fc1_stream) k.parts = 1;
+  // FC2-sum keeps every pair's raw sums per K part in static shared memory: 64 B per (pair, part).
+  if (k.kind == KernelKind::decode_fc2_sum && k.inline_route == 2 && k.parts > 4)
+    throw Error(fmt::format("kernel key {}: FC2-sum over 128 pairs (i2) takes at most 4 parts", str()));
   if (k.groups < 1 || k.groups > 8) throw Error(fmt::format("kernel key {}: groups must be in [1, 8]", str()));
   if (k.kind != KernelKind::decode_fc2_sum) k.groups = 1;
   // A slot's K parts must stay in one CTA: its units then form whole blocks of `warps`.

@@ -231,17 +231,25 @@ void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
   if (seen[8]) k.x_staged = value[8] == 1;
 }
 
-// Routing inside the decode CTAs up to kInlineRouteMaxPairs pairs; MOEJIT_DECODE_INLINE_PAIRS=N (0..64)
-// lowers that threshold (0: always the route kernel), for measurements of the cutover.
-int inline_route_max_pairs() {
+// The inline routing level (KernelKey::inline_route) for `pairs` (token, slot) pairs: 1 up to 64 pairs;
+// 2 up to 128 where FC2 sums the top-k inside one CTA per SM (wide: decode_fc2_sum is the default FC2
+// and H/16 <= SMs, Qwen3-30B-A3B); 0 beyond. v14, same run, µs, route kernel : inline over 128 pairs,
+// M = 9/12/16: Qwen3 64.2/74.6/86.8 : 60.9/69.2/83.7; DeepSeek-V3 (448 FC2-sum slabs, streamed FC1)
+// 459.9/539.8/682.5 : 463.6/549.2/702.7, so it keeps the route kernel there.
+// MOEJIT_DECODE_INLINE_PAIRS=N (0..128) replaces the rule by "inline up to N pairs", for measurements.
+int inline_route_level(long long pairs, bool wide) {
   const char* env = std::getenv("MOEJIT_DECODE_INLINE_PAIRS");
-  if (!env || !*env) return kInlineRouteMaxPairs;
-  int v = -1;
-  const std::string_view text(env);
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || ptr != text.data() + text.size() || v < 0 || v > kInlineRouteMaxPairs)
-    throw Error(fmt::format("MOEJIT_DECODE_INLINE_PAIRS='{}' must be an integer in [0, {}]", env, kInlineRouteMaxPairs));
-  return v;
+  int most = wide ? kInlineRouteMaxPairs : kInlineRoutePairsNarrow;
+  if (env && *env) {
+    int v = -1;
+    const std::string_view text(env);
+    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || ptr != text.data() + text.size() || v < 0 || v > kInlineRouteMaxPairs)
+      throw Error(
+          fmt::format("MOEJIT_DECODE_INLINE_PAIRS='{}' must be an integer in [0, {}]", env, kInlineRouteMaxPairs));
+    most = v;
+  }
+  return pairs > most ? 0 : pairs <= kInlineRoutePairsNarrow ? 1 : 2;
 }
 
 // FC1 with inline routing: one CTA per item (grid), one wave walking the items (loop), or that wave
@@ -353,11 +361,6 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   const int sms = sm_count > 0 ? sm_count : 132;
   const double experts_touched = std::max(1.0, expected_experts(spec, std::max(tokens, 1)));
   choose_decode_tile(fc1, spec.intermediate / 16 * experts_touched, sms, /*split_k_freely=*/false);
-  // Few pairs: every decode CTA routes for itself, saving the route launch, and FC2 sums the top-k
-  // experts inside each CTA (decode_fc2_sum) instead of through a partial buffer and a last-CTA pass.
-  fc1.inline_route = static_cast<long long>(tokens) * spec.top_k <= inline_route_max_pairs() && spec.experts <= 1024;
-  plan.launch = decode_launch_from_env();
-  KernelKey fc2 = fc1;
   // FC2-sum's grid is H/16 CTAs: where that leaves SMs with one CTA more than others by a wide margin
   // (gpt-oss: 180 CTAs on 132 SMs, the busiest SM has 1.47x the average) and many experts make each
   // CTA long, the split FC2's even grid wins (gpt-oss M = 16, 55 experts: 246.9 against 254.7 µs;
@@ -366,6 +369,14 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   const double sum_imbalance =
       std::ceil(static_cast<double>(fc2_sum_ctas) / sms) * sms / static_cast<double>(fc2_sum_ctas);
   const bool fc2_sum_default = sum_imbalance <= 1.25 || experts_touched <= 32;
+  // Few pairs: every decode CTA routes for itself, saving the route launch, and FC2 sums the top-k
+  // experts inside each CTA (decode_fc2_sum) instead of through a partial buffer and a last-CTA pass.
+  fc1.inline_route =
+      spec.experts <= 1024
+          ? inline_route_level(static_cast<long long>(tokens) * spec.top_k, fc2_sum_default && fc2_sum_ctas <= sms)
+          : 0;
+  plan.launch = decode_launch_from_env();
+  KernelKey fc2 = fc1;
   if (fc1.inline_route && plan.launch != DecodeLaunch::cooperative &&
       variant_from_env("MOEJIT_DECODE_FC2", "sum", "split", fc2_sum_default)) {
     fc2.kind = KernelKind::decode_fc2_sum;

@@ -123,12 +123,12 @@ TEST_CASE("decode family at real model geometries", "[gpu][models]") {
   deepseek.hidden = 7168;
   deepseek.intermediate = 2048;
   deepseek.top_k = 8;
-  LayerSpec qwen3 = deepseek;  // Qwen3-30B-A3B; M = 48 plans the split FC2 with two tiles on 2 warps
+  LayerSpec qwen3 = deepseek;  // Qwen3-30B-A3B; M = 12 routes 96 pairs inline, M = 48 behind the route kernel
   qwen3.experts = 128;
   qwen3.hidden = 2048;
   qwen3.intermediate = 768;
-  for (const Case& c : {Case{"gpt-oss-120b", gptoss, {1, 7, 64}}, Case{"deepseek-v3", deepseek, {1, 9}},
-                        Case{"qwen3-30b-a3b", qwen3, {1, 48}}}) {
+  for (const Case& c : {Case{"gpt-oss-120b", gptoss, {1, 7, 64}}, Case{"deepseek-v3", deepseek, {1, 9}},  // M = 9: 72 pairs inline (i2)
+                        Case{"qwen3-30b-a3b", qwen3, {1, 12, 48}}}) {
     HostLayer host = make_random_code_layer(c.spec, 77);
     auto layer = runtime().prepare(host);
     for (int m : c.tokens) {
@@ -152,7 +152,7 @@ TEST_CASE("every FC1 x FC2 variant for few pairs matches the reference", "[gpu][
       for (const char* fc2 : {"split", "sum"}) {
         ::setenv("MOEJIT_DECODE_FC1", fc1, 1);
         ::setenv("MOEJIT_DECODE_FC2", fc2, 1);
-        for (int m : {1, 4, 16}) {
+        for (int m : {1, 4, 16, 24}) {  // M = 24: 96 pairs, routed inline four per lane (i2)
           INFO(fmt::format("{} FC1 {} FC2 {} M={}", to_string(f), fc1, fc2, m));
           check_agreement(check_against_reference(host, *layer, m, ++seed), /*with_cosine=*/true);
         }

@@ -233,6 +233,16 @@ TEST_CASE("malformed key strings are rejected with the field named", "[keys]") {
   CHECK(grouped.l2_ahead == 2);
   CHECK_THROWS_WITH(KernelKey::parse("decode_fc2_sum:sm_90a:mxfp4:silu:a16:E8:H128:I64:w8n1d1o3p2gx:b0:l0:i1"),
                     Catch::Contains("groups"));
+  // i2: inline routing over up to 128 pairs; FC2-sum then keeps at most 4 parts of raw sums per pair.
+  const KernelKey wide = KernelKey::parse("decode_fc2_sum:sm_90a:mxfp4:silu:a16:E8:H128:I64:w16n1d4o1p4:b0:l0:i2");
+  CHECK(wide.inline_route == 2);
+  CHECK(wide.str() == "decode_fc2_sum:sm_90a:mxfp4:silu:a16:E8:H128:I64:w16n1d4o1p4:b0:l0:i2");
+  CHECK(wide.normalized() == wide);
+  KernelKey too_many = wide;
+  too_many.parts = 8;
+  CHECK_THROWS_WITH(too_many.normalized(), Catch::Contains("at most 4 parts"));
+  CHECK_THROWS_WITH(KernelKey::parse("decode_fc1:sm_90a:mxfp4:silu:a16:E8:H128:I64:w4n1d1o0:b0:l0:i3"),
+                    Catch::Contains("i0/i1/i2"));
 }
 
 TEST_CASE("the generator is deterministic and specializes per key", "[generator]") {
@@ -381,11 +391,26 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
       CHECK(p.kernels[2].l2_ahead == (layer == &qw ? 2 : 0));
     }
   }
+  // Inline routing: two pairs per lane up to 64 pairs (i1); four up to 128 (i2) where FC2 sums the top-k
+  // in one CTA per SM (Qwen3 M = 9-16; not DeepSeek-V3's 448 slabs, nor gpt-oss's uneven 180).
+  for (int m : {9, 16}) {
+    const Plan p = make_plan(qw, Arch::sm_90a, m, 132);
+    REQUIRE(p.kernels.size() == 2);
+    CHECK(p.kernels[0].inline_route == 2);
+    CHECK(p.kernels[1].kind == KernelKind::decode_fc2_sum);
+    CHECK(p.kernels[1].inline_route == 2);
+    CHECK(make_plan(ds, Arch::sm_90a, m, 132).kernels.size() == 3);
+  }
+  CHECK(make_plan(ds, Arch::sm_90a, 8, 132).kernels[0].inline_route == 1);
+  CHECK(make_plan(qw, Arch::sm_90a, 17, 132).kernels.size() == 3);
+  CHECK(make_plan(s, Arch::sm_90a, 17, 132).kernels.size() == 3);
   // MOEJIT_DECODE_INLINE_PAIRS lowers the inline-routing threshold (for measuring the cutover).
   ::setenv("MOEJIT_DECODE_INLINE_PAIRS", "32", 1);
   CHECK(make_plan(s, Arch::sm_90a, 8, 132).kernels.size() == 2);   // 32 pairs: inline
   CHECK(make_plan(s, Arch::sm_90a, 9, 132).kernels.size() == 3);   // 36 pairs: the route kernel
-  ::setenv("MOEJIT_DECODE_INLINE_PAIRS", "65", 1);
+  ::setenv("MOEJIT_DECODE_INLINE_PAIRS", "128", 1);
+  CHECK(make_plan(s, Arch::sm_90a, 32, 132).kernels[0].inline_route == 2);
+  ::setenv("MOEJIT_DECODE_INLINE_PAIRS", "129", 1);
   CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("MOEJIT_DECODE_INLINE_PAIRS"));
   ::unsetenv("MOEJIT_DECODE_INLINE_PAIRS");
   CHECK(make_plan(s, Arch::sm_90a, 16, 132).kernels.size() == 2);

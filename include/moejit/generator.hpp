@@ -37,8 +37,11 @@ int decode_dynamic_smem(const KernelKey& key);
 bool decode_activation_ring(const KernelKey& key);
 // The most dynamic shared memory a CTA may use on the architectures moejit builds for (227 KiB).
 inline constexpr int kMaxDynamicSmem = 227 * 1024;
-// sizeof(InlineRouteList) in templates/inline_route.cuh (checked there by a static_assert).
-inline constexpr int kInlineRouteListBytes = 1544;
+// sizeof(InlineRouteList) in templates/inline_route.cuh (checked there by a static_assert) for a key
+// routing inline (inline_route 1: 64 pairs, 2: 128).
+int inline_route_list_bytes(const KernelKey& key);
+// The most (token, slot) pairs a key's inline routing covers: 64 (i1) or 128 (i2); 0 without.
+int inline_route_pairs(const KernelKey& key);
 
 // `moejit bench`'s read floor: a kernel (no key, never cached) that only streams n16 x 16 contiguous
 // bytes, moejit_read_floor(const char* p, unsigned long long n16, unsigned* sink), 512 threads per CTA.

@@ -52,7 +52,9 @@ struct KernelKey {
   bool x_staged = false;
   bool bias = false;
   bool limit = false;
-  bool inline_route = false;  // decode kernels route inside each CTA (M*K <= 64, E <= 1024): no route launch
+  // Decode kernels route inside each CTA (E <= 1024): no route launch. 0: the route kernel's lists; 1:
+  // up to 64 pairs (M*K); 2: up to 128. Key field i<0|1|2>.
+  int inline_route = 0;
 
   // Canonical string, e.g. "decode_fc1:sm_90a:mxfp4:swigluoai:a16:E128:H2880:I2880:w4n1d2o0:b1:l1:i0"
   // (the tile ends in p<parts> when parts != 1: "w8n1d8o2p2", then in g<groups> when groups != 1:

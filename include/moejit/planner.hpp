@@ -28,8 +28,10 @@ struct Plan {
 
 // Largest M the decode family serves.
 inline constexpr int kDecodeMaxTokens = 256;
-// Up to this many (token, slot) pairs the decode kernels route inside each CTA (no route launch).
-inline constexpr int kInlineRouteMaxPairs = 64;
+// Up to this many (token, slot) pairs the decode kernels may route inside each CTA (no route launch):
+// 64 with two pairs per lane (key field i1), 128 with four (i2), where FC2 sums the top-k in its CTAs.
+inline constexpr int kInlineRouteMaxPairs = 128;
+inline constexpr int kInlineRoutePairsNarrow = 64;
 
 // Throws moejit::Error when a forced family cannot serve M.
 Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Family force = Family::automatic);
