@@ -171,7 +171,7 @@ void choose_fc2_sum_tile(KernelKey& k, const LayerSpec& spec, int tokens, double
   k.l2_ahead = 2;
 }
 
-// Variant switches for comparisons, where both variants apply: MOEJIT_DECODE_FC2=split|sum (M*K <= 64).
+// Variant switches for comparisons, where both variants apply: MOEJIT_DECODE_FC2=split|sum (inline routing).
 // Returns whether `on` was chosen.
 bool variant_from_env(const char* name, std::string_view on, std::string_view off, bool default_value) {
   const char* env = std::getenv(name);
@@ -298,7 +298,7 @@ int decode_columns(int tokens, const KernelKey& k) {
   const bool nvfp4_register_fc1 = k.format == ScaleFormat::nvfp4 &&
                                   (k.kind == KernelKind::decode_fc1 || k.kind == KernelKind::decode_fc1_loop);
   const bool long_nvfp4_fc1_warps = nvfp4_register_fc1 && fc1_chunks_per_warp(k) > 16 && !k.x_staged;
-  // FC2-sum (at most 64 pairs) stays in 4 columns up to 8 tokens: few experts serve more than 4 pairs,
+  // FC2-sum stays in 4 columns up to 8 tokens: few experts serve more than 4 pairs,
   // and those take a second pass over their slab from the L2. Same runs, µs, M = 6/8, 8 : 4 columns:
   // gpt-oss 107.3/130.5, 103.9/130.5 : 104.0/129.9, 104.1/130.5; DeepSeek-V3 315.9/398.2, 314.8/393.7 :
   // 309.2/388.7, 309.9/389.0; Qwen3 47.3/54.9, 47.4/55.2 : 46.9/54.3, 46.5/54.5.

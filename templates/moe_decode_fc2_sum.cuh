@@ -1,4 +1,4 @@
-// Decode family, FC2 with the top-k sum inside the CTA, for few pairs (M*K <= 64, routed inline).
+// Decode family, FC2 with the top-k sum inside the CTA, for few pairs (M*K <= 64, or 128; routed inline).
 // One CTA per 16-row slab of H serves every active expert: its warps take (expert slot, K part) units
 // in turn, leave each pair's raw sums in shared memory, and the CTA then sums each token's pairs in
 // k order and writes out[m, slab]. Against decode_fc2 this drops the fp32 partial buffer, the
