@@ -42,7 +42,9 @@ int inline_route_pairs(const KernelKey& key) {
   return key.inline_route == 0 ? 0 : key.inline_route == 1 ? kInlineRoutePairsNarrow : kInlineRouteMaxPairs;
 }
 
-int inline_route_list_bytes(const KernelKey& key) { return 16 * std::max(inline_route_pairs(key), kInlineRoutePairsNarrow) + 264; }
+int inline_route_list_bytes(const KernelKey& key) {
+  return 16 * std::max(inline_route_pairs(key), kInlineRoutePairsNarrow) + 264;
+}
 
 int decode_ctas_per_sm(const KernelKey& key) {
   // Decode kernels hide latency with resident warps: cap registers so that at least 512 threads per
