@@ -125,6 +125,13 @@ void choose_decode_tile(KernelKey& k, double ctas, int sm_count, bool split_k_fr
   }
 }
 
+// FC2-sum's grid of H/16 whole slabs over the SMs: the busiest SM's slabs against the mean (1 when every
+// SM holds as many; gpt-oss's 180 slabs on 132 SMs: 1.47).
+double fc2_sum_imbalance(const LayerSpec& spec, int sm_count) {
+  const int ctas = spec.hidden / 16;
+  return std::ceil(static_cast<double>(ctas) / sm_count) * sm_count / ctas;
+}
+
 // FC2-sum (few pairs): one CTA (or `groups` CTAs) per 16-row slab of H works through every active expert, so the
 // grid is fixed (H/16 x groups CTAs) and the tile sets how the CTA's warps cover (expert, K part) units: 16 warps (8
 // when 3-4 CTAs share an SM: at most 32 warps per SM at 64+ registers) and K parts P = warps / S for
@@ -150,8 +157,7 @@ void choose_fc2_sum_tile(KernelKey& k, const LayerSpec& spec, int tokens, double
   // last CTA ~1 us, so one token (4 experts) keeps whole slabs. gpt-oss, same run, µs, M = 1/2/4/8,
   // g1 : g2 (w8d1o3): 24.8/37.2/66.8/138.8 : 25.2/35.9/65.0/131.1; DeepSeek-V3 (448 slabs, 1.18) M = 1/2/4
   // 58.3/115.1/221.6 : 59.1/114.5/219.0 and Qwen3 (128 slabs) lose or gain nothing, so they keep g1.
-  const double imbalance = std::ceil(static_cast<double>(ctas) / sm_count) * sm_count / ctas;
-  if (imbalance > 1.25 && slots >= 6 && k.warps % 2 == 0 && (k.warps / 2) % k.parts == 0) {
+  if (fc2_sum_imbalance(spec, sm_count) > 1.25 && slots >= 6 && k.warps % 2 == 0 && (k.warps / 2) % k.parts == 0) {
     k.groups = 2;
     k.warps /= 2;
     k.min_blocks = (2 * ctas + sm_count - 1) / sm_count;
@@ -365,15 +371,12 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   // (gpt-oss: 180 CTAs on 132 SMs, the busiest SM has 1.47x the average) and many experts make each
   // CTA long, the split FC2's even grid wins (gpt-oss M = 16, 55 experts: 246.9 against 254.7 µs;
   // sum wins at 31 experts and below, and on DeepSeek and Qwen3 everywhere it applies).
-  const int fc2_sum_ctas = spec.hidden / 16;
-  const double sum_imbalance =
-      std::ceil(static_cast<double>(fc2_sum_ctas) / sms) * sms / static_cast<double>(fc2_sum_ctas);
-  const bool fc2_sum_default = sum_imbalance <= 1.25 || experts_touched <= 32;
+  const bool fc2_sum_default = fc2_sum_imbalance(spec, sms) <= 1.25 || experts_touched <= 32;
   // Few pairs: every decode CTA routes for itself, saving the route launch, and FC2 sums the top-k
   // experts inside each CTA (decode_fc2_sum) instead of through a partial buffer and a last-CTA pass.
   fc1.inline_route =
       spec.experts <= 1024
-          ? inline_route_level(static_cast<long long>(tokens) * spec.top_k, fc2_sum_default && fc2_sum_ctas <= sms)
+          ? inline_route_level(static_cast<long long>(tokens) * spec.top_k, fc2_sum_default && spec.hidden / 16 <= sms)
           : 0;
   plan.launch = decode_launch_from_env();
   KernelKey fc2 = fc1;
