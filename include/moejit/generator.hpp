@@ -37,10 +37,12 @@ int decode_dynamic_smem(const KernelKey& key);
 bool decode_activation_ring(const KernelKey& key);
 // The most dynamic shared memory a CTA may use on the architectures moejit builds for (227 KiB).
 inline constexpr int kMaxDynamicSmem = 227 * 1024;
-// sizeof(InlineRouteList) in templates/inline_route.cuh (checked there by a static_assert) for a key
-// routing inline (inline_route 1: 64 pairs, 2: 128).
+// Bytes of shared memory the inline routing list takes in a CTA of this key: sizeof(InlineRouteList) in
+// templates/inline_route.cuh (checked there by a static_assert), for inline_route 1 (64 pairs) or 2
+// (128); a key without inline routing gets the 64-pair size. Pure, thread-safe, does not throw.
 int inline_route_list_bytes(const KernelKey& key);
-// The most (token, slot) pairs a key's inline routing covers: 64 (i1) or 128 (i2); 0 without.
+// The most (token, slot) pairs a key's inline routing covers: 64 (i1) or 128 (i2); 0 without. Pure,
+// thread-safe, does not throw.
 int inline_route_pairs(const KernelKey& key);
 
 // `moejit bench`'s read floor: a kernel (no key, never cached) that only streams n16 x 16 contiguous
