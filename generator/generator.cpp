@@ -27,15 +27,65 @@ int fc1_mats(const KernelKey& key) { return key.activation == Activation::relu2 
 }  // namespace
 
 int kernel_threads(const KernelKey& key) {
+  if (key.kind == KernelKind::decode_pipe) return (key.warps + 1 + key.groups) * 32;
   return (key.warps + (key.kind == KernelKind::decode_fc1_stream ? 1 : 0)) * 32;
 }
 
+namespace {
+// Scale bytes per 64-wide chunk and matrix (templates/slab_mma.cuh: ScaleGeometry).
+int chunk_scale_bytes(const KernelKey& key) { return key.format == ScaleFormat::nvfp4 ? 64 : 32; }
+// The streaming ring of decode_fc1_stream and decode_pipe: barriers, then depth stages of warps x parts
+// chunks (templates/slab_stream.cuh: SlabStreamRing::kBytes).
+int stream_ring_bytes(const KernelKey& key) {
+  const int barriers = (2 * key.depth * 8 + 127) / 128 * 128;
+  return barriers + key.depth * key.warps * key.parts * fc1_mats(key) * (512 + chunk_scale_bytes(key));
+}
+// Static shared memory of a decode_pipe CTA: the routing list, FC1's cross-warp reduction buffer (two
+// halves), FC2's per-pair weights and per-slot multipliers and its ready flag.
+int pipe_static_smem(const KernelKey& key) {
+  return inline_route_list_bytes(key) + 2 * (key.warps > 1 ? key.warps * fc1_mats(key) * 4 * 32 * 4 : 4) +
+         2 * 4 * std::max(inline_route_pairs(key), kInlineRoutePairsNarrow) + 16;
+}
+}  // namespace
+
 int decode_dynamic_smem(const KernelKey& raw) {
   const KernelKey key = raw.normalized();
+  if (key.kind == KernelKind::decode_pipe) return stream_ring_bytes(key);
   if (key.kind != KernelKind::decode_fc1_stream) return 0;
-  const int scale_bytes = key.format == ScaleFormat::nvfp4 ? 64 : 32;  // per chunk and matrix
-  const int barriers = (2 * key.depth * 8 + 127) / 128 * 128;
-  return barriers + key.depth * key.warps * key.parts * fc1_mats(key) * (512 + scale_bytes);
+  return stream_ring_bytes(key);
+}
+
+DecodePipeLayout decode_pipe_layout(const KernelKey& raw, int tokens, int top_k, int grid) {
+  const KernelKey key = raw.normalized();
+  if (key.kind != KernelKind::decode_pipe)
+    throw Error(fmt::format("decode_pipe_layout: kernel key {} is not a decode_pipe key", key.str()));
+  if (tokens < 1 || top_k < 1 || grid < 1)
+    throw Error(fmt::format("decode_pipe_layout: tokens ({}), top_k ({}) and grid ({}) must be positive", tokens, top_k,
+                            grid));
+  DecodePipeLayout l;
+  const int slabs = key.hidden / 16, chunks = (key.intermediate + 63) / 64;
+  const int slabs_per_cta = (slabs + grid - 1) / grid;
+  l.slots = std::min(tokens * top_k, key.experts);
+  // Each CTA's slabs cut in K ranges so that its units fill the FC2 warps (at least one chunk each).
+  l.fc2_parts = std::clamp(key.groups / slabs_per_cta, 1, chunks);
+  l.units_per_warp = (slabs_per_cta * l.fc2_parts + key.groups - 1) / key.groups;
+  l.part_chunks = (chunks + l.fc2_parts - 1) / l.fc2_parts;
+  l.stage_pairs = std::min(key.columns, tokens);
+  const int block = l.part_chunks * (512 + chunk_scale_bytes(key));
+  const int stage = key.groups * l.stage_pairs * l.part_chunks * 128;
+  const int sums = key.groups * l.units_per_warp * tokens * 16 * 4;
+  const int fixed = stream_ring_bytes(key) + stage + sums + 16 * 8 * key.groups + 128;
+  // As many slots in shared memory per FC2 warp as fit beside the rest (each with its barrier).
+  const int room = kMaxDynamicSmem - pipe_static_smem(key) - fixed - 512;  // 512: static alignment slack
+  const int per_slot = key.groups * l.units_per_warp * block;
+  l.window = std::min({room > 0 ? room / per_slot : 0, l.slots, 16});
+  auto align = [](int v) { return (v + 127) / 128 * 128; };
+  l.bar_offset = stream_ring_bytes(key);
+  l.buf_offset = align(l.bar_offset + 8 * key.groups * std::max(l.window, 1));
+  l.stage_offset = align(l.buf_offset + std::max(l.window, 1) * per_slot);
+  l.acc_offset = align(l.stage_offset + stage);
+  l.bytes = align(l.acc_offset + sums);
+  return l;
 }
 
 int inline_route_pairs(const KernelKey& key) {
@@ -51,6 +101,7 @@ int decode_ctas_per_sm(const KernelKey& key) {
   // SM stay resident. Wide token tiles (4+) keep their accumulators instead. A streaming kernel runs
   // as many CTAs as its shared memory allows.
   const int threads = kernel_threads(key);
+  if (key.kind == KernelKind::decode_pipe) return 1;  // one co-resident CTA per SM
   if (key.min_blocks > 0) return key.min_blocks;
   int ctas = key.ntiles >= 4 ? 1 : std::max(1, 512 / threads);
   if (key.kind == KernelKind::decode_fc1_stream) {
@@ -152,6 +203,19 @@ GeneratedSource generate_source(const KernelKey& raw) {
           threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), act_code(key.activation),
           cpp_bool(key.limit), cpp_bool(key.bias), key.experts, key.hidden, key.intermediate, key.warps, key.ntiles,
           key.depth, key.parts, fc1_mats(key), smem, min_blocks, key.columns);
+      break;
+    }
+    case KernelKind::decode_pipe: {
+      out.source = header + fmt::format(
+          "#include \"moe_decode_pipe.cuh\"\n"
+          "static_assert(SlabStreamRing<{2}, {13}, {9}, {11}, {12}>::kBytes == {14}, \"host and device ring sizes differ\");\n"
+          "extern \"C\" __global__ void __launch_bounds__({0}, 1) {1}(const DecodePipeParams p) {{\n"
+          "  moe_decode_pipe<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {15}>(p);\n}}\n"
+          "extern \"C\" __global__ void __launch_bounds__(128) {1}_clear(const DecodePipeParams p) {{\n"
+          "  moe_decode_pipe_clear(p);\n}}\n",
+          threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), act_code(key.activation),
+          cpp_bool(key.limit), cpp_bool(key.bias), key.experts, key.hidden, key.intermediate, key.warps, key.columns,
+          key.depth, key.parts, fc1_mats(key), stream_ring_bytes(key), key.groups);
       break;
     }
     case KernelKind::decode_fc2:

@@ -20,6 +20,7 @@ std::string_view to_string(KernelKind k) {
     case KernelKind::decode_fc2_sum: return "decode_fc2_sum";
     case KernelKind::decode_fc1_loop: return "decode_fc1_loop";
     case KernelKind::decode_fc1_stream: return "decode_fc1_stream";
+    case KernelKind::decode_pipe: return "decode_pipe";
   }
   return "?";
 }
@@ -27,11 +28,11 @@ std::string_view to_string(KernelKind k) {
 KernelKind parse_kernel_kind(std::string_view s) {
   for (auto k : {KernelKind::prepare, KernelKind::route, KernelKind::decode_fc1, KernelKind::decode_fc2,
                  KernelKind::decode_fused, KernelKind::decode_fc2_sum, KernelKind::decode_fc1_loop,
-                 KernelKind::decode_fc1_stream})
+                 KernelKind::decode_fc1_stream, KernelKind::decode_pipe})
     if (to_string(k) == s) return k;
   throw Error(fmt::format(
       "kernel kind '{}' is unknown (expected prepare, route, decode_fc1, decode_fc1_loop, decode_fc1_stream, decode_fc2, "
-      "decode_fc2_sum or decode_fused)",
+      "decode_fc2_sum, decode_fused or decode_pipe)",
       s));
 }
 
@@ -147,6 +148,16 @@ KernelKey KernelKey::normalized() const {
   if (k.warps < 1 || k.warps > 32) throw Error(fmt::format("kernel key {}: warps must be in [1, 32]", str()));
   if (k.kind == KernelKind::decode_fc1_stream && k.warps > 31)
     throw Error(fmt::format("kernel key {}: decode_fc1_stream adds a producer warp, so warps must be in [1, 31]", str()));
+  if (k.kind == KernelKind::decode_pipe) {
+    // FC1 consumer warps + the producer warp + `groups` FC2 warps, one CTA per SM, one token tile.
+    if (k.groups < 1 || k.groups > 16)
+      throw Error(fmt::format("kernel key {}: decode_pipe's FC2 warps (groups) must be in [1, 16]", str()));
+    if (k.warps + 1 + k.groups > 32)
+      throw Error(fmt::format("kernel key {}: decode_pipe's {} FC1 warps, producer warp and {} FC2 warps exceed 32 warps",
+                              str(), k.warps, k.groups));
+    if (k.ntiles != 1) throw Error(fmt::format("kernel key {}: decode_pipe serves one token tile (ntiles 1)", str()));
+    k.min_blocks = 1;
+  }
   if (k.kind == KernelKind::route) {
     // Routing depends only on the expert count and its block size.
     KernelKey r;
@@ -174,12 +185,14 @@ KernelKey KernelKey::normalized() const {
   if (k.precision != ActPrecision::a16)
     throw Error(fmt::format("kernel key {}: the decode family computes in a16 only", str()));
   if (k.parts < 1 || k.parts > 8) throw Error(fmt::format("kernel key {}: parts must be in [1, 8]", str()));
-  if (k.kind != KernelKind::decode_fc2_sum && k.kind != KernelKind::decode_fc1_stream) k.parts = 1;
+  if (k.kind != KernelKind::decode_fc2_sum && k.kind != KernelKind::decode_fc1_stream && k.kind != KernelKind::decode_pipe)
+    k.parts = 1;
   // FC2-sum keeps every pair's raw sums per K part in static shared memory: 64 B per (pair, part).
   if (k.kind == KernelKind::decode_fc2_sum && k.inline_route == 2 && k.parts > 4)
     throw Error(fmt::format("kernel key {}: FC2-sum over 128 pairs (i2) takes at most 4 parts", str()));
-  if (k.groups < 1 || k.groups > 8) throw Error(fmt::format("kernel key {}: groups must be in [1, 8]", str()));
-  if (k.kind != KernelKind::decode_fc2_sum) k.groups = 1;
+  if (k.kind != KernelKind::decode_pipe && (k.groups < 1 || k.groups > 8))
+    throw Error(fmt::format("kernel key {}: groups must be in [1, 8]", str()));
+  if (k.kind != KernelKind::decode_fc2_sum && k.kind != KernelKind::decode_pipe) k.groups = 1;
   // A slot's K parts must stay in one CTA: its units then form whole blocks of `warps`.
   if (k.groups > 1 && k.warps % k.parts != 0)
     throw Error(fmt::format("kernel key {}: with groups > 1 the warps must be a multiple of the parts", str()));
@@ -187,7 +200,7 @@ KernelKey KernelKey::normalized() const {
     throw Error(fmt::format("kernel key {}: l2_ahead must be in [0, 16] chunks", str()));
   // Only the register-fed kernels walk a ring that can run ahead of (decode_fc1_stream copies whole
   // stages into shared memory instead).
-  if (k.kind == KernelKind::decode_fc1_stream) k.l2_ahead = 0;
+  if (k.kind == KernelKind::decode_fc1_stream || k.kind == KernelKind::decode_pipe) k.l2_ahead = 0;
   // Only FC1's grid kernel stages x (one item per CTA; the layer input is complete at launch).
   if (k.kind != KernelKind::decode_fc1) k.x_staged = false;
   if (k.x_staged && k.ntiles != 1)
@@ -195,7 +208,7 @@ KernelKey KernelKey::normalized() const {
   if (k.columns != 8 && k.columns != 4)
     throw Error(fmt::format("kernel key {}: columns must be 8 (a pair in every MMA column) or 4 (even columns)", str()));
   if ((k.kind == KernelKind::decode_fc2_sum || k.kind == KernelKind::decode_fc1_loop ||
-       k.kind == KernelKind::decode_fc1_stream) &&
+       k.kind == KernelKind::decode_fc1_stream || k.kind == KernelKind::decode_pipe) &&
       !k.inline_route)
     throw Error(fmt::format("kernel key {}: {} routes inline only (i1)", str(), to_string(k.kind)));
   if (k.kind == KernelKind::decode_fc2 || k.kind == KernelKind::decode_fc2_sum) {

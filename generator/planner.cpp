@@ -218,12 +218,12 @@ void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
   }
   ok = ok && seen[0] && seen[2] && value[0] >= 1 && value[0] <= 16 && (value[1] == 1 || value[1] == 2 ||
        value[1] == 4 || value[1] == 8) && value[2] >= 1 && value[2] <= 8 && value[3] >= 0 && value[3] <= 32 &&
-       value[4] >= 1 && value[4] <= 8 && value[5] >= 1 && value[5] <= 8 && (value[6] == 8 || value[6] == 4) &&
+       value[4] >= 1 && value[4] <= 8 && value[5] >= 1 && value[5] <= 16 && (value[6] == 8 || value[6] == 4) &&
        value[7] >= 0 && value[7] <= 16 && (value[8] == 0 || value[8] == 1);
   if (!ok)
     throw Error(fmt::format("{}='{}' must look like w4d2, w4d2o6, w4n1d1o6, w8d4o2p2, w8d1o3p2g2, w4d4p4, w4d1o8c4, "
                             "w8d1o4c4f2 or w4d1o8c4x1 (warps 1..16, token tiles 1, 2, 4 or 8, depth 1..8, CTAs per SM "
-                            "0..32, parts 1..8, CTAs per slab 1..8, columns 8 or 4, L2 prefetch 0..16 chunks, staged x 0 "
+                            "0..32, parts 1..8, CTAs per slab 1..8 (decode_pipe: FC2 warps 1..16), columns 8 or 4, L2 prefetch 0..16 chunks, staged x 0 "
                             "or 1)",
                             name, env));
   k.warps = value[0];
@@ -332,6 +332,24 @@ DecodeLaunch decode_launch_from_env() {
   for (auto l : {DecodeLaunch::pdl, DecodeLaunch::plain, DecodeLaunch::cooperative})
     if (to_string(l) == env) return l;
   throw Error(fmt::format("MOEJIT_DECODE_LAUNCH='{}' must be pdl, plain or cooperative", env));
+}
+
+// decode_pipe (FC1 and FC2 in one co-resident launch, pipelined by expert slot) for few tokens.
+// MOEJIT_DECODE_PIPE=on|off overrides the rule, MOEJIT_DECODE_TILE_PIPE its tile.
+bool decode_pipe_from_env(bool default_value) { return variant_from_env("MOEJIT_DECODE_PIPE", "on", "off", default_value); }
+
+// decode_pipe's tile: 16 FC1 consumer warps fed by a ring of 4 stages of one chunk per warp, 8 FC2 warps.
+void choose_decode_pipe_tile(KernelKey& k, int tokens) {
+  k.kind = KernelKind::decode_pipe;
+  k.warps = 16;
+  k.depth = 4;
+  k.parts = 1;
+  k.groups = 8;
+  k.ntiles = 1;
+  k.columns = tokens <= 4 ? 4 : 8;
+  k.l2_ahead = 0;
+  k.x_staged = false;
+  k.min_blocks = 1;
 }
 
 KernelKey base_key(const LayerSpec& spec, Arch arch) {
@@ -447,6 +465,17 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   // 64 (8 per SM) spill 40 bytes: gpt-oss M = 4, two runs each, 69.2, 69.4 -> 67.3, 66.8 us; M = 6/8
   // 99.6/127.4 -> 97.1/125.4. In 8 columns 7 CTAs lose (M = 16 232.1 -> 236.5), so they keep 8.
   if (fc1.kind == KernelKind::decode_fc1_loop && fc1.columns == 4 && fc1.min_blocks == 8) fc1.min_blocks = 7;
+  if (fc1.inline_route == 1 && tokens <= 8 && plan.launch != DecodeLaunch::cooperative &&
+      decode_pipe_from_env(false)) {
+    KernelKey pipe = fc1;
+    choose_decode_pipe_tile(pipe, tokens);
+    apply_tuning_overrides(pipe, "MOEJIT_DECODE_TILE_PIPE");
+    pipe = pipe.normalized();
+    if (decode_pipe_layout(pipe, std::max(tokens, 1), spec.top_k, sms).window >= 1) {
+      plan.kernels = {pipe};
+      return plan;
+    }
+  }
   apply_tuning_overrides(fc1, "MOEJIT_DECODE_TILE_FC1");
   apply_tuning_overrides(fc2, "MOEJIT_DECODE_TILE_FC2");
   if (plan.launch == DecodeLaunch::cooperative) {

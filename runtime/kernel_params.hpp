@@ -44,4 +44,12 @@ struct DecodeFusedParams {
   int32_t slots;
 };
 
+struct DecodePipeParams {
+  DecodeFc1Params fc1;
+  DecodeFc2Params fc2;
+  dptr slot_done;
+  int32_t slots, fc2_parts, part_chunks, window, units_per_warp, stage_pairs;
+  int32_t bar_offset, buf_offset, stage_offset, acc_offset;
+};
+
 }  // namespace moejit::detail

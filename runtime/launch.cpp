@@ -44,6 +44,9 @@ void launch(CUfunction f, const LaunchShape& s, CUstream stream, void* params, b
 unsigned cooperative_grid_limit(CUfunction f, unsigned block, unsigned dynamic_smem, int sm_count) {
   check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(dynamic_smem)),
         "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+  if (dynamic_smem > 0)
+    check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100),
+          "cuFuncSetAttribute(PREFERRED_SHARED_MEMORY_CARVEOUT)");
   int per_sm = 0;
   check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, static_cast<int>(block), dynamic_smem),
         "cuOccupancyMaxActiveBlocksPerMultiprocessor");
@@ -55,12 +58,14 @@ unsigned cooperative_grid_limit(CUfunction f, unsigned block, unsigned dynamic_s
 }
 
 unsigned launch_cooperative(CUfunction f, unsigned wanted_grid, unsigned block, unsigned dynamic_smem, int sm_count,
-                            CUstream stream, void* params) {
+                            CUstream stream, void* params, bool programmatic_dependent) {
   const unsigned grid = std::max(1u, std::min(wanted_grid, cooperative_grid_limit(f, block, dynamic_smem, sm_count)));
   void* args[] = {params};
-  CUlaunchAttribute attr{};
-  attr.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
-  attr.value.cooperative = 1;
+  CUlaunchAttribute attrs[2]{};
+  attrs[0].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+  attrs[0].value.cooperative = 1;
+  attrs[1].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attrs[1].value.programmaticStreamSerializationAllowed = 1;
   CUlaunchConfig cfg{};
   cfg.gridDimX = grid;
   cfg.gridDimY = 1;
@@ -70,9 +75,10 @@ unsigned launch_cooperative(CUfunction f, unsigned wanted_grid, unsigned block, 
   cfg.blockDimZ = 1;
   cfg.sharedMemBytes = dynamic_smem;
   cfg.hStream = stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  check(driver().cuLaunchKernelEx(&cfg, f, args, nullptr), "cuLaunchKernelEx(cooperative)");
+  cfg.attrs = attrs;
+  cfg.numAttrs = programmatic_dependent ? 2 : 1;
+  check(driver().cuLaunchKernelEx(&cfg, f, args, nullptr),
+        programmatic_dependent ? "cuLaunchKernelEx(cooperative, programmatic)" : "cuLaunchKernelEx(cooperative)");
   return grid;
 }
 

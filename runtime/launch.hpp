@@ -21,8 +21,10 @@ void launch(CUfunction f, const LaunchShape& shape, CUstream stream, void* param
 // occupancy query answers 0.
 unsigned cooperative_grid_limit(CUfunction f, unsigned block, unsigned dynamic_smem, int sm_count);
 // Cooperative launch (grid barrier capable) of a 1-D grid of min(wanted, limit) CTAs; returns the grid
-// used. The kernel must be correct for any grid size.
+// used. The kernel must be correct for any grid size. programmatic_dependent: also a programmatic
+// dependent of the previous kernel in the stream (it must call griddepcontrol.wait before reading that
+// kernel's outputs).
 unsigned launch_cooperative(CUfunction f, unsigned wanted_grid, unsigned block, unsigned dynamic_smem, int sm_count,
-                            CUstream stream, void* params);
+                            CUstream stream, void* params, bool programmatic_dependent = false);
 
 }  // namespace moejit::detail

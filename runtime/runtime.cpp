@@ -150,7 +150,9 @@ void Runtime::forward(const PreparedLayer& layer_base, const ForwardArgs& a) {
     {
       size_t next = 0;
       if (plan.kernels.at(0).kind == KernelKind::route) launch_route(ctx, plan.kernels.at(next++));
-      if (plan.launch == DecodeLaunch::cooperative)
+      if (plan.kernels.at(next).kind == KernelKind::decode_pipe)
+        launch_decode_pipe(ctx, plan.kernels.at(next));
+      else if (plan.launch == DecodeLaunch::cooperative)
         launch_decode_fused(ctx, plan.kernels.at(next));
       else
         launch_decode(ctx, plan.kernels.at(next), plan.kernels.at(next + 1));

@@ -69,6 +69,26 @@ TEST_CASE("the cooperative single-launch variant compiles for both architectures
   }
 }
 
+TEST_CASE("the pipelined one-launch decode compiles for both architectures", "[compile]") {
+  // decode_pipe is planned only with MOEJIT_DECODE_PIPE=on: its planned tile for gpt-oss-120b (MXFP4,
+  // biases, swigluoai) and Qwen3-30B-A3B (NVFP4 silu) at one token, and a one-matrix tile with a single
+  // FC1 warp and FC2 warp.
+  for (Arch arch : {Arch::sm_90a, Arch::sm_120a})
+    for (const char* key_text : {"decode_pipe:{}:mxfp4:swigluoai:a16:E128:H2880:I2880:w16n1d4o1g8c4:b1:l1:i1",
+                                 "decode_pipe:{}:nvfp4:silu:a16:E128:H2048:I768:w16n1d4o1g8c4:b0:l0:i1",
+                                 "decode_pipe:{}:nvfp4:relu2:a16:E16:H96:I160:w1n1d1o1g1:b1:l0:i1"}) {
+      std::string text = key_text;
+      text.replace(text.find("{}"), 2, std::string(to_string(arch)));
+      const KernelKey key = KernelKey::parse(text).normalized();
+      INFO("key " << key.str());
+      CompileOutput out;
+      REQUIRE_NOTHROW(out = compile_source(generate_source(key), arch));
+      CHECK(out.binary.size() > 0);
+      INFO("registers " << out.registers << ", spill bytes " << out.spill_bytes << "\n" << out.log);
+      if (arch == Arch::sm_90a) CHECK(out.spill_bytes <= kMaxSpillBytes);
+    }
+}
+
 TEST_CASE("DeepSeek-V3's decode kernels (streaming FC1, even-column tiles) compile for both architectures",
           "[compile]") {
   // The default config plans no decode_fc1_stream: DeepSeek-V3 does at M = 2..8 (long slabs on several

@@ -555,6 +555,72 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK(plain.kernels == g1.kernels);
 }
 
+TEST_CASE("decode_pipe keys, plans and shared-memory layouts", "[keys][planner]") {
+  KernelKey k = KernelKey::parse("decode_pipe:sm_90a:mxfp4:swigluoai:a16:E128:H2880:I2880:w16n1d4o7g8c4:b1:l1:i1");
+  CHECK(k.normalized().min_blocks == 1);  // one CTA per SM whatever the key says
+  CHECK(KernelKey::parse(k.normalized().str()) == k.normalized());
+  CHECK(kernel_threads(k.normalized()) == (16 + 1 + 8) * 32);
+  KernelKey bad = k;
+  bad.groups = 17;
+  CHECK_THROWS_WITH(bad.normalized(), Catch::Contains("FC2 warps"));
+  bad = k;
+  bad.warps = 24;
+  CHECK_THROWS_WITH(bad.normalized(), Catch::Contains("exceed 32 warps"));
+  bad = k;
+  bad.ntiles = 2;
+  CHECK_THROWS_WITH(bad.normalized(), Catch::Contains("one token tile"));
+  bad = k;
+  bad.inline_route = 0;
+  CHECK_THROWS_WITH(bad.normalized(), Catch::Contains("routes inline only"));
+
+  // gpt-oss-120b on 132 SMs: 180 FC2 slabs put two on some CTAs, cut in 4 K ranges of at most 12
+  // chunks for the 8 FC2 warps; 2 of the 4 expert slots fit in shared memory at once.
+  const DecodePipeLayout l = decode_pipe_layout(k, 1, 4, 132);
+  CHECK(l.slots == 4);
+  CHECK(l.fc2_parts == 4);
+  CHECK(l.units_per_warp == 1);
+  CHECK(l.part_chunks == 12);
+  CHECK(l.stage_pairs == 1);
+  CHECK(l.window == 2);
+  CHECK(l.bar_offset == decode_dynamic_smem(k));
+  CHECK(l.buf_offset >= l.bar_offset + 8 * 8 * l.window);
+  CHECK(l.stage_offset >= l.buf_offset + l.window * 8 * 12 * (512 + 32));
+  CHECK(l.bytes <= kMaxDynamicSmem);
+  // Fewer SMs: more slabs per CTA in longer K ranges, fewer slots resident; on 16 SMs not even one
+  // slot fits (window 0: the planner does not pick the kernel, the launch refuses it).
+  const DecodePipeLayout half = decode_pipe_layout(k, 1, 4, 64);
+  CHECK(half.fc2_parts == 2);
+  CHECK(half.part_chunks == 23);
+  CHECK(half.window == 1);
+  CHECK(half.bytes <= kMaxDynamicSmem);
+  const DecodePipeLayout tiny = decode_pipe_layout(k, 2, 4, 16);
+  CHECK(tiny.units_per_warp * 8 >= (180 + 15) / 16 * tiny.fc2_parts);
+  CHECK(tiny.window == 0);
+  CHECK_THROWS_WITH(decode_pipe_layout(k, 0, 4, 132), Catch::Contains("must be positive"));
+  KernelKey other = k;
+  other.kind = KernelKind::decode_fc1_loop;
+  CHECK_THROWS_WITH(decode_pipe_layout(other, 1, 4, 132), Catch::Contains("not a decode_pipe key"));
+
+  // Planned only on request, and then where a slot fits.
+  LayerSpec spec;
+  spec.format = ScaleFormat::mxfp4;
+  spec.activation = Activation::swigluoai;
+  spec.experts = 128;
+  spec.hidden = 2880;
+  spec.intermediate = 2880;
+  spec.top_k = 4;
+  spec.has_bias = true;
+  CHECK(make_plan(spec, Arch::sm_90a, 1, 132).kernels.front().kind != KernelKind::decode_pipe);
+  ::setenv("MOEJIT_DECODE_PIPE", "on", 1);
+  const Plan pipe = make_plan(spec, Arch::sm_90a, 1, 132);
+  ::setenv("MOEJIT_DECODE_PIPE", "sideways", 1);
+  CHECK_THROWS_WITH(make_plan(spec, Arch::sm_90a, 1, 132), Catch::Contains("MOEJIT_DECODE_PIPE"));
+  ::unsetenv("MOEJIT_DECODE_PIPE");
+  REQUIRE(pipe.kernels.size() == 1);
+  CHECK(pipe.kernels.front().kind == KernelKind::decode_pipe);
+  CHECK(pipe.kernels.front().inline_route == 1);
+}
+
 TEST_CASE("keys_for_range covers every plan in the range exactly once", "[planner]") {
   const LayerSpec s = gptoss();
   const auto keys = keys_for_range(s, Arch::sm_90a, 64, 132);

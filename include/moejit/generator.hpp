@@ -27,7 +27,8 @@ int decode_ctas_per_sm(const KernelKey& key);
 int kernel_threads(const KernelKey& key);
 // Dynamic shared memory, in bytes, a key's kernel is launched with: decode_fc1_stream's ring of depth
 // stages, each warps x parts chunks of weights and scales, after its barriers
-// (templates/slab_stream.cuh); 0 for every other kind. Pure; throws moejit::Error for a key that
+// (templates/slab_stream.cuh); decode_pipe's ring only (the rest depends on the forward:
+// decode_pipe_layout); 0 for every other kind. Pure; throws moejit::Error for a key that
 // does not normalize.
 int decode_dynamic_smem(const KernelKey& key);
 // Whether a register-fed decode kernel keeps its activation pieces one chunk ahead in registers (a
@@ -35,6 +36,16 @@ int decode_dynamic_smem(const KernelKey& key);
 // (the generator builds it so; the planner stages x only where it is absent). Pure; throws
 // moejit::Error for a key that does not normalize.
 bool decode_activation_ring(const KernelKey& key);
+// decode_pipe's run-time geometry for one forward (templates/moe_decode_pipe.cuh: DecodePipeParams):
+// how each CTA's FC2 slabs are cut into K ranges for its FC2 warps, how many expert slots each FC2 warp
+// keeps in shared memory, and the dynamic shared memory layout (bytes; the FC1 ring first). window is
+// 0 where not even one slot fits (the planner does not pick the kernel then). grid: CTAs launched
+// (one per SM). Pure; throws moejit::Error for a key of another kind or non-positive sizes.
+struct DecodePipeLayout {
+  int slots = 0, fc2_parts = 0, part_chunks = 0, window = 0, units_per_warp = 0, stage_pairs = 0;
+  int bar_offset = 0, buf_offset = 0, stage_offset = 0, acc_offset = 0, bytes = 0;
+};
+DecodePipeLayout decode_pipe_layout(const KernelKey& key, int tokens, int top_k, int grid);
 // The most dynamic shared memory a CTA may use on the architectures moejit builds for (227 KiB).
 inline constexpr int kMaxDynamicSmem = 227 * 1024;
 // Bytes of shared memory the inline routing list takes in a CTA of this key: sizeof(InlineRouteList) in

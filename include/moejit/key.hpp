@@ -15,9 +15,11 @@ namespace moejit {
 // for few pairs on grids of several waves (one wave of CTAs walks the items), decode_fc1_stream is that loop
 // with the weights streamed through shared memory by a producer warp (depth = stages of the ring, parts =
 // chunks per consumer warp and stage); decode_fused is FC1 and FC2 in one cooperative launch with a grid
-// barrier (MOEJIT_DECODE_LAUNCH=cooperative, for comparison).
+// barrier (MOEJIT_DECODE_LAUNCH=cooperative, for comparison); decode_pipe is FC1 and FC2 in one
+// co-resident launch pipelined by expert slot (templates/moe_decode_pipe.cuh: warps = FC1 consumer
+// warps, depth = FC1 ring stages, parts = chunks per consumer warp and stage, groups = FC2 warps).
 enum class KernelKind { prepare, route, decode_fc1, decode_fc2, decode_fused, decode_fc2_sum, decode_fc1_loop,
-                        decode_fc1_stream };
+                        decode_fc1_stream, decode_pipe };
 std::string_view to_string(KernelKind k);
 KernelKind parse_kernel_kind(std::string_view s);
 

@@ -3,7 +3,11 @@
 // FC1's tail. With few pairs FC1 may be decode_fc1_loop (one wave walking the items) and FC2
 // decode_fc2_sum (the top-k sum inside each CTA). The plan may ask for two plain launches or one
 // cooperative launch (decode_fused).
+#include <fmt/format.h>
+
 #include <algorithm>
+
+#include "moejit/error.hpp"
 
 #include "moejit/generator.hpp"
 #include "runtime/driver_api.hpp"
@@ -115,6 +119,38 @@ void launch_decode_fused(const ForwardContext& ctx, const KernelKey& key) {
   const unsigned items = static_cast<unsigned>(std::max(spec.intermediate, spec.hidden) / 16) * p.slots;
   launch_cooperative(ctx.modules.function(key, ctx.stream), items, static_cast<unsigned>(key.warps * 32), 0, ctx.sm_count,
                      ctx.stream, &p);
+}
+
+void launch_decode_pipe(const ForwardContext& ctx, const KernelKey& key) {
+  const LayerSpec& spec = ctx.layer.spec();
+  const DecodePipeLayout l = decode_pipe_layout(key, ctx.args.tokens, spec.top_k, ctx.sm_count);
+  if (l.window < 1)
+    throw Error(fmt::format("decode_pipe: {} tokens do not fit one expert slot per FC2 warp in shared memory ({})",
+                            ctx.args.tokens, key.str()));
+  DecodePipeParams p{};
+  p.fc1 = fc1_params(ctx);
+  p.fc2 = fc2_params(ctx);
+  p.slot_done = ctx.args.workspace + ctx.ws.slot_done;
+  p.slots = l.slots;
+  p.fc2_parts = l.fc2_parts;
+  p.part_chunks = l.part_chunks;
+  p.window = l.window;
+  p.units_per_warp = l.units_per_warp;
+  p.stage_pairs = l.stage_pairs;
+  p.bar_offset = l.bar_offset;
+  p.buf_offset = l.buf_offset;
+  p.stage_offset = l.stage_offset;
+  p.acc_offset = l.acc_offset;
+  // The clear kernel zeroes the slot counters (the workspace needs no initialization) and lets the layer
+  // kernel start at once; the layer kernel waits for it only before its first counter access.
+  launch(ctx.modules.function(key, ctx.stream, "_clear"), LaunchShape{1, 1, 1, 128, 0}, ctx.stream, &p);
+  const unsigned block = static_cast<unsigned>(kernel_threads(key));
+  CUfunction f = ctx.modules.function(key, ctx.stream);
+  // One CTA per SM; the layout above was computed for that grid.
+  if (cooperative_grid_limit(f, block, static_cast<unsigned>(l.bytes), ctx.sm_count) < static_cast<unsigned>(ctx.sm_count))
+    throw Error(fmt::format("decode_pipe: {} cannot keep one CTA on each of the {} SMs", key.str(), ctx.sm_count));
+  launch_cooperative(f, static_cast<unsigned>(ctx.sm_count), block, static_cast<unsigned>(l.bytes), ctx.sm_count,
+                     ctx.stream, &p, /*programmatic_dependent=*/true);
 }
 
 }  // namespace moejit::detail

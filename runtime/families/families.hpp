@@ -33,5 +33,7 @@ void launch_route(const ForwardContext& ctx, const KernelKey& key);
 void launch_decode(const ForwardContext& ctx, const KernelKey& fc1, const KernelKey& fc2);
 // Both in one cooperative launch (decode_fused), grid clamped to what is co-resident.
 void launch_decode_fused(const ForwardContext& ctx, const KernelKey& fused);
+// Both in one co-resident launch pipelined by expert slot (decode_pipe), after its clear kernel.
+void launch_decode_pipe(const ForwardContext& ctx, const KernelKey& pipe);
 
 }  // namespace moejit::detail
