@@ -71,19 +71,21 @@ DecodePipeLayout decode_pipe_layout(const KernelKey& raw, int tokens, int top_k,
   l.units_per_warp = (slabs_per_cta * l.fc2_parts + key.groups - 1) / key.groups;
   l.part_chunks = (chunks + l.fc2_parts - 1) / l.fc2_parts;
   l.stage_pairs = std::min(key.columns, tokens);
+  // Per resident slot and unit: the weights and scales of a K range, and the pass's activation rows.
   const int block = l.part_chunks * (512 + chunk_scale_bytes(key));
-  const int stage = key.groups * l.stage_pairs * l.part_chunks * 128;
+  const int unit_stage = l.stage_pairs * l.part_chunks * 128;
   const int sums = key.groups * l.units_per_warp * tokens * 16 * 4;
-  const int fixed = stream_ring_bytes(key) + stage + sums + 16 * 8 * key.groups + 128;
+  const int fixed = stream_ring_bytes(key) + sums + 16 * 8 * key.groups + 3 * 128;
   // As many slots in shared memory per FC2 warp as fit beside the rest (each with its barrier).
   const int room = kMaxDynamicSmem - pipe_static_smem(key) - fixed - 512;  // 512: static alignment slack
-  const int per_slot = key.groups * l.units_per_warp * block;
+  const int per_slot = key.groups * l.units_per_warp * (block + unit_stage);
   l.window = std::min({room > 0 ? room / per_slot : 0, l.slots, 16});
   auto align = [](int v) { return (v + 127) / 128 * 128; };
   l.bar_offset = stream_ring_bytes(key);
-  l.buf_offset = align(l.bar_offset + 8 * key.groups * std::max(l.window, 1));
-  l.stage_offset = align(l.buf_offset + std::max(l.window, 1) * per_slot);
-  l.acc_offset = align(l.stage_offset + stage);
+  const int slots_held = std::max(l.window, 1);
+  l.buf_offset = align(l.bar_offset + 8 * key.groups * slots_held);
+  l.stage_offset = align(l.buf_offset + slots_held * key.groups * l.units_per_warp * block);
+  l.acc_offset = align(l.stage_offset + slots_held * key.groups * l.units_per_warp * unit_stage);
   l.bytes = align(l.acc_offset + sums);
   return l;
 }

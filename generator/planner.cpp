@@ -216,13 +216,13 @@ void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
     last = field;
     at = static_cast<size_t>(ptr - text.data());
   }
-  ok = ok && seen[0] && seen[2] && value[0] >= 1 && value[0] <= 16 && (value[1] == 1 || value[1] == 2 ||
+  ok = ok && seen[0] && seen[2] && value[0] >= 1 && value[0] <= 32 && (value[1] == 1 || value[1] == 2 ||
        value[1] == 4 || value[1] == 8) && value[2] >= 1 && value[2] <= 8 && value[3] >= 0 && value[3] <= 32 &&
        value[4] >= 1 && value[4] <= 8 && value[5] >= 1 && value[5] <= 16 && (value[6] == 8 || value[6] == 4) &&
        value[7] >= 0 && value[7] <= 16 && (value[8] == 0 || value[8] == 1);
   if (!ok)
     throw Error(fmt::format("{}='{}' must look like w4d2, w4d2o6, w4n1d1o6, w8d4o2p2, w8d1o3p2g2, w4d4p4, w4d1o8c4, "
-                            "w8d1o4c4f2 or w4d1o8c4x1 (warps 1..16, token tiles 1, 2, 4 or 8, depth 1..8, CTAs per SM "
+                            "w8d1o4c4f2 or w4d1o8c4x1 (warps 1..32, token tiles 1, 2, 4 or 8, depth 1..8, CTAs per SM "
                             "0..32, parts 1..8, CTAs per slab 1..8 (decode_pipe: FC2 warps 1..16), columns 8 or 4, L2 prefetch 0..16 chunks, staged x 0 "
                             "or 1)",
                             name, env));
@@ -338,11 +338,11 @@ DecodeLaunch decode_launch_from_env() {
 // MOEJIT_DECODE_PIPE=on|off overrides the rule, MOEJIT_DECODE_TILE_PIPE its tile.
 bool decode_pipe_from_env(bool default_value) { return variant_from_env("MOEJIT_DECODE_PIPE", "on", "off", default_value); }
 
-// decode_pipe's tile: 16 FC1 consumer warps fed by a ring of 4 stages of one chunk per warp, 8 FC2 warps.
+// decode_pipe's tile: 16 FC1 consumer warps fed by a ring of 3 stages of one chunk per warp, 8 FC2 warps.
 void choose_decode_pipe_tile(KernelKey& k, int tokens) {
   k.kind = KernelKind::decode_pipe;
   k.warps = 16;
-  k.depth = 4;
+  k.depth = 3;
   k.parts = 1;
   k.groups = 8;
   k.ntiles = 1;

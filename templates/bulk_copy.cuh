@@ -25,8 +25,21 @@ MOEJIT_DEVICE void mbarrier_arrive_expect_tx(u32 bar, u32 bytes) {
 MOEJIT_DEVICE void mbarrier_arrive(u32 bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
-// Blocks until the barrier's phase with the given parity has completed.
+// Blocks until the barrier's phase with the given parity has completed. kSuspendNs > 0: each try
+// suspends the thread up to that long (fewer issued retries while a phase is far from complete).
+template <int kSuspendNs = 0>
 MOEJIT_DEVICE void mbarrier_wait(u32 bar, u32 parity) {
+  if constexpr (kSuspendNs > 0) {
+    u32 done;
+    do {
+      asm volatile(
+          "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3; selp.u32 %0, 1, 0, p; }"
+          : "=r"(done)
+          : "r"(bar), "r"(parity), "n"(kSuspendNs)
+          : "memory");
+    } while (!done);
+    return;
+  }
   u32 done;
   do {
     asm volatile(

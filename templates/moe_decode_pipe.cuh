@@ -61,20 +61,19 @@ MOEJIT_DEVICE u32x4 ld_cg_16(const void* p) {
   asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
-// A CTA-scope flag in shared memory (generic address): release after the polling warp's acquire, so
-// that warps which acquire it see what that warp saw.
-MOEJIT_DEVICE void st_release_cta(int* p, int v) { asm volatile("st.release.cta.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory"); }
-MOEJIT_DEVICE int ld_acquire_cta(const int* p) {
-  int v;
-  asm volatile("ld.acquire.cta.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 MOEJIT_DEVICE int ld_relaxed_gpu(const int* p) {
   int v;
   asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
 MOEJIT_DEVICE void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+// 16-byte global -> shared copies that bypass the registers (L2 only: rows other CTAs wrote); src_bytes
+// 0 fills zeros.
+MOEJIT_DEVICE void cp_async_16(u32 dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+MOEJIT_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+MOEJIT_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 // Orders this thread's earlier shared-memory reads before later copy-engine writes to the same bytes.
 MOEJIT_DEVICE void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
@@ -92,13 +91,15 @@ __device__ void moe_decode_pipe(const DecodePipeParams& p) {
   constexpr int kChunks1 = (kH + 63) / 64;
   constexpr int kSlabs2 = kH / 16;
   constexpr int kChunks2 = (kI + 63) / 64;
-  using Ring = SlabStreamRing<kNvfp4, kMats, kW1, kStages, kGroup>;
+  // Ring waits suspend up to 1 ms per try: consumers and the producer wake when the phase completes,
+  // without retries taking issue slots from the warps that compute.
+  using Ring = SlabStreamRing<kNvfp4, kMats, kW1, kStages, kGroup, 1000000>;
   using SG = ScaleGeometry<kNvfp4>;
   extern __shared__ __align__(128) u8 pipe_smem[];
   __shared__ InlineRouteList route;
   __shared__ float pipe_pair_w[kInlineMaxPairs];   // FC2: topk_weights[q]
   __shared__ float pipe_slot_gs[kInlineMaxPairs];  // FC2: output multiplier of slot j
-  __shared__ int pipe_ready;                       // FC2: slots complete everywhere (FC2 warp 0 publishes)
+  __shared__ int pipe_ready[2];                    // FC2: slots complete everywhere (FC2 warp 0 publishes)
   constexpr int kRedHalf = kW1 > 1 ? kW1 * kMats * 4 * 32 : 1;
   __shared__ float red[2 * kRedHalf];
   const int lane = lane_id(), warp = threadIdx.x >> 5;
@@ -109,7 +110,7 @@ __device__ void moe_decode_pipe(const DecodePipeParams& p) {
     mbarrier_init_fence();
   }
   MOEJIT_TRACE_CTA(0);
-  MOEJIT_TRACE_CTA_KIND(1);
+  MOEJIT_TRACE_CTA_KIND(5);
   // Its closing CTA barrier also publishes the barriers' initialization.
   inline_route_list<kE>(p.fc1.route.topk_ids, p.fc1.route.pairs, p.fc1.route.expert_begin, route);
   MOEJIT_TRACE_CTA(1);
@@ -200,7 +201,7 @@ __device__ void moe_decode_pipe(const DecodePipeParams& p) {
   const u32 bar0 = fc2_bar0 + 8 * fw * window;
   const u32 buf0 = shared_address(pipe_smem + p.buf_offset) + fw * p.units_per_warp * window * block_bytes;
   const int pitch = p.part_chunks * 128;  // bytes per staged activation row
-  const u32 stage = shared_address(pipe_smem + p.stage_offset) + fw * p.stage_pairs * pitch;
+  const u32 stage = shared_address(pipe_smem + p.stage_offset) + fw * window * p.units_per_warp * p.stage_pairs * pitch;
   float* const sums = reinterpret_cast<float*>(pipe_smem + p.acc_offset);  // [warp][unit][token][16 rows]
   float* const my_sums = sums + fw * p.units_per_warp * tokens * 16;
   // Local unit lu: slab, K range [c0, c0 + nc) in chunks, and range index h.
@@ -219,7 +220,6 @@ __device__ void moe_decode_pipe(const DecodePipeParams& p) {
     for (int q = lane; q < p.fc2.route.pairs; q += 32) pipe_pair_w[q] = p.fc2.topk_weights[q];
     for (int j = lane; j < num_active; j += 32)
       pipe_slot_gs[j] = kNvfp4 ? p.fc2.gscale[route.expert[j]] * kAccScale : kAccScale;
-    if (lane == 0) pipe_ready = 0;
   }
   for (int idx = lane; idx < my_units * tokens * 16; idx += 32) {
     const int lu = idx / (tokens * 16), m = (idx / 16) % tokens, r = idx % 16;
@@ -250,6 +250,27 @@ __device__ void moe_decode_pipe(const DecodePipeParams& p) {
       bulk_copy_to_shared(block + p.part_chunks * 512, s, un.nc * SG::kBytesPerChunk, bar, policy);
     }
   };
+  // Activation rows of (resident slot j, unit lu, pair t of the pass): one stage area per window slot
+  // and unit, so that the rows of every slot known complete are requested together (one round trip).
+  const int unit_stage = p.stage_pairs * pitch;
+  auto stage_at = [&](int j, int lu) { return stage + ((j % window) * p.units_per_warp + lu) * unit_stage; };
+  // Requests (cp.async, 16 bytes per lane and step; zeros past I) for the pairs [pass, pass + live) of
+  // slot j over every unit's K range.
+  auto request_rows = [&](int j, int pass) {
+    const int first = route.offset[j], live = min(p.stage_pairs, route.offset[j + 1] - first - pass);
+    for (int lu = 0; lu < my_units; ++lu) {
+      const Unit un = unit_of(lu);
+      const int row_pieces = un.nc * 8, pieces = live * row_pieces;
+      const u32 at = stage_at(j, lu);
+      for (int idx = lane; idx < pieces; idx += 32) {
+        const int t = idx / row_pieces, k = un.c0 * 64 + (idx % row_pieces) * 8;
+        const bool inside = kI % 64 == 0 || k < kI;
+        cp_async_16(at + t * pitch + (idx % row_pieces) * 16,
+                    p.fc2.act + (size_t)route.pair[first + pass + t] * kI + (inside ? k : 0), inside ? 16 : 0);
+      }
+    }
+    cp_async_commit();
+  };
   if (my_units > 0) {
     if (lane == 0)
       for (int j = 0; j < window && j < num_active; ++j) issue(j);
@@ -257,57 +278,53 @@ __device__ void moe_decode_pipe(const DecodePipeParams& p) {
     const int g = lane >> 2, c4 = lane & 3;
     // The pair (within a pass) whose activation row this lane supplies as MMA column g, or -1.
     const int col_pair = kCols == 8 ? g : (g & 1) ? -1 : g >> 1;
+    int ready = 0;      // slots known complete everywhere
+    int refreshes = 0;  // barrier rounds that published `ready` (the same count in every warp)
+    int requested = 0;  // slots whose first pass's rows are requested
     for (int j = 0; j < num_active; ++j) {
-      // FC2 warp 0 (it always has a unit when any warp has) polls the slot's counter and publishes it
-      // to the CTA; the other warps watch shared memory (acquire/release chain the visibility of FC1's
-      // rows to them).
-      if (lane == 0) {
+      if (ready <= j) {
+        // FC2 warp 0 (it always has a unit when any warp has) polls slots j .. j+31 at once, one per lane,
+        // and publishes how many from j on are complete; the other warps with units wait at a named
+        // barrier meanwhile (no issue slots taken from FC1), and read the count after it. Warp 0's
+        // fence after the relaxed reads that saw the counts is the acquire; the barrier extends it to
+        // the CTA.
         if (fw == 0) {
-          // Relaxed polls and one fence once the count is complete (an acquire): an acquiring load in
-          // the loop would fence on every poll.
-          while (ld_relaxed_gpu(p.slot_done + j * kSlotLine) < static_cast<int>(gridDim.x)) {
-          }
-          fence_acq_rel_gpu();
-          st_release_cta(&pipe_ready, j + 1);
-        } else {
-          while (ld_acquire_cta(&pipe_ready) <= j) {
+          const int mine = j + lane;
+          for (;;) {
+            const bool done = mine < num_active && ld_relaxed_gpu(p.slot_done + mine * kSlotLine) >= static_cast<int>(gridDim.x);
+            const u32 complete = __ballot_sync(0xffffffffu, done);
+            if (complete & 1u) {
+              if (done) fence_acq_rel_gpu();
+              if (lane == 0) pipe_ready[refreshes & 1] = j + (__ffs(~complete) == 0 ? 32 : __ffs(~complete) - 1);
+              break;
+            }
+            __nanosleep(128);
           }
         }
+        asm volatile("bar.sync 3, %0;" ::"r"(min(units, kW2) * 32) : "memory");
+        // Two cells in turn: warp 0 writes this cell again two refreshes later, after the next barrier,
+        // which every warp reaches only after this read.
+        ready = *static_cast<volatile int*>(&pipe_ready[refreshes & 1]);
+        ++refreshes;
       }
-      __syncwarp();
 #ifdef MOEJIT_TRACE
-      if (j < 8) MOEJIT_TRACE_WARP(j, trace_now());
+      if (j < 8) MOEJIT_TRACE_WARP(j, trace_now());  // slot j known complete: FC2 starts on it
 #endif
+      // Every slot known complete and resident gets its rows requested now, together.
+      for (; requested < ready && requested < j + window; ++requested) request_rows(requested, 0);
       const int first = route.offset[j], count = route.offset[j + 1] - first;
       const float gs = pipe_slot_gs[j];
       for (int pass = 0; pass < count; pass += p.stage_pairs) {
         const int live = min(p.stage_pairs, count - pass);
+        if (pass > 0) request_rows(j, pass);  // a slot with more pairs than a pass: its later passes
+        cp_async_wait_all();
+        __syncwarp();
+        if (pass == 0) mbarrier_wait<1000000>(bar0 + 8 * (j % window), (j / window) & 1);
         for (int lu = 0; lu < my_units; ++lu) {
           const Unit un = unit_of(lu);
-          // Stage the pass's activation rows over the unit's K range (16-byte pieces, zeros past I),
-          // four pieces per lane in flight.
-          const int row_pieces = un.nc * 8, pieces = live * row_pieces;
-          for (int base = 0; base < pieces; base += 128) {
-            u32x4 v[4];
-#pragma unroll
-            for (int k4 = 0; k4 < 4; ++k4) {
-              const int idx = base + k4 * 32 + lane;
-              const int t = idx / row_pieces, k = un.c0 * 64 + (idx % row_pieces) * 8;
-              v[k4] = u32x4{0u, 0u, 0u, 0u};
-              if (idx < pieces && (kI % 64 == 0 || k < kI))
-                v[k4] = ld_cg_16(p.fc2.act + (size_t)route.pair[first + pass + t] * kI + k);
-            }
-#pragma unroll
-            for (int k4 = 0; k4 < 4; ++k4) {
-              const int idx = base + k4 * 32 + lane;
-              if (idx < pieces) st_shared_16(stage + (idx / row_pieces) * pitch + (idx % row_pieces) * 16, v[k4]);
-            }
-          }
-          __syncwarp();
-          if (pass == 0 && lu == 0) mbarrier_wait(bar0 + 8 * (j % window), (j / window) & 1);
           const u32 block = buf0 + (lu * window + j % window) * block_bytes;
           const bool has_pair = col_pair >= 0 && col_pair < live;
-          const u32 xrow = stage + (has_pair ? col_pair : 0) * pitch + c4 * 8;
+          const u32 xrow = stage_at(j, lu) + (has_pair ? col_pair : 0) * pitch + c4 * 8;
           float acc[1][1][4];
           zero_accumulators(acc);
 #pragma unroll 2
@@ -337,8 +354,8 @@ __device__ void moe_decode_pipe(const DecodePipeParams& p) {
             });
             __syncwarp();
           }
-          __syncwarp();  // the stage is rewritten by the next unit
         }
+        __syncwarp();  // the stage area is rewritten by a later pass or slot
       }
       if (j + window < num_active) {
         fence_proxy_async_shared();

@@ -11,7 +11,8 @@
 #pragma once
 #include "slab_mma.cuh"
 
-template <bool kNvfp4, int kMats, int kWarps, int kStages, int kGroup>
+// kSuspendNs: how long each try of a barrier wait may suspend the thread (0: the hardware's default).
+template <bool kNvfp4, int kMats, int kWarps, int kStages, int kGroup, int kSuspendNs = 0>
 struct SlabStreamRing {
   using SG = ScaleGeometry<kNvfp4>;
   static constexpr int kStageChunks = kWarps * kGroup;
@@ -46,7 +47,7 @@ struct SlabStreamRing {
     constexpr int kStagesPerSlab = (kChunks + kStageChunks - 1) / kStageChunks;
     for (int st = 0; st < kStagesPerSlab; ++st, ++n) {
       const u32 idx = n % kStages;
-      if (n >= kStages) mbarrier_wait(empty0 + 8 * idx, (n / kStages - 1) & 1);
+      if (n >= kStages) mbarrier_wait<kSuspendNs>(empty0 + 8 * idx, (n / kStages - 1) & 1);
       const int c0 = st * kStageChunks;
       const u32 chunks = min(kStageChunks, kChunks - c0);
       const u32 wbytes = chunks * kMats * 512, sbytes = chunks * kMats * SG::kBytesPerChunk;
@@ -70,7 +71,7 @@ struct SlabStreamRing {
 #pragma unroll 1
     for (int st = 0; st < kStagesPerSlab; ++st, ++n) {
       const u32 idx = n % kStages;
-      mbarrier_wait(full0 + 8 * idx, (n / kStages) & 1);
+      mbarrier_wait<kSuspendNs>(full0 + 8 * idx, (n / kStages) & 1);
       const u32 stage = ring0 + idx * kStageBytes;
 #pragma unroll
       for (int i = 0; i < kGroup; ++i) {

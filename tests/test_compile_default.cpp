@@ -114,11 +114,13 @@ TEST_CASE("DeepSeek-V3's decode kernels (streaming FC1, even-column tiles) compi
 TEST_CASE("kernels with the trace records of a -DMOEJIT_TRACE=ON build compile", "[compile][trace]") {
   // CI builds without the option, so the traced template code is checked here: with the define a trace
   // build adds, the generated source of every kernel the default config plans for M = 1..64 (route,
-  // FC1 grid and loop, FC2-sum and split) and of DeepSeek-V3's streaming FC1 compiles for sm_90a and
-  // holds the record arrays the runtime copies out.
+  // FC1 grid and loop, FC2-sum and split), of DeepSeek-V3's streaming FC1 and of decode_pipe compiles
+  // for sm_90a and holds the record arrays the runtime copies out.
   std::vector<KernelKey> keys = keys_for_range(load_model_config(default_config_name()).local(), Arch::sm_90a, 64, 132);
   for (const auto& key : keys_for_range(load_model_config("deepseek-v3").local(), Arch::sm_90a, 8, 132))
     if (key.kind == KernelKind::decode_fc1_stream) keys.push_back(key);
+  // decode_pipe (planned on request only) stamps its own CTA and warp records.
+  keys.push_back(KernelKey::parse("decode_pipe:sm_90a:mxfp4:swigluoai:a16:E128:H2880:I2880:w16n1d3o1g8c4:b1:l1:i1").normalized());
   REQUIRE(std::any_of(keys.begin(), keys.end(), [](const KernelKey& k) { return k.kind == KernelKind::route; }));
   REQUIRE(std::any_of(keys.begin(), keys.end(), [](const KernelKey& k) { return k.kind == KernelKind::decode_fc1_stream; }));
   for (const auto& key : keys) {

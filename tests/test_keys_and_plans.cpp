@@ -556,7 +556,7 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
 }
 
 TEST_CASE("decode_pipe keys, plans and shared-memory layouts", "[keys][planner]") {
-  KernelKey k = KernelKey::parse("decode_pipe:sm_90a:mxfp4:swigluoai:a16:E128:H2880:I2880:w16n1d4o7g8c4:b1:l1:i1");
+  KernelKey k = KernelKey::parse("decode_pipe:sm_90a:mxfp4:swigluoai:a16:E128:H2880:I2880:w16n1d3o7g8c4:b1:l1:i1");
   CHECK(k.normalized().min_blocks == 1);  // one CTA per SM whatever the key says
   CHECK(KernelKey::parse(k.normalized().str()) == k.normalized());
   CHECK(kernel_threads(k.normalized()) == (16 + 1 + 8) * 32);
@@ -585,6 +585,7 @@ TEST_CASE("decode_pipe keys, plans and shared-memory layouts", "[keys][planner]"
   CHECK(l.bar_offset == decode_dynamic_smem(k));
   CHECK(l.buf_offset >= l.bar_offset + 8 * 8 * l.window);
   CHECK(l.stage_offset >= l.buf_offset + l.window * 8 * 12 * (512 + 32));
+  CHECK(l.acc_offset >= l.stage_offset + l.window * 8 * 12 * 128);
   CHECK(l.bytes <= kMaxDynamicSmem);
   // Fewer SMs: more slabs per CTA in longer K ranges, fewer slots resident; on 16 SMs not even one
   // slot fits (window 0: the planner does not pick the kernel, the launch refuses it).
