@@ -336,7 +336,9 @@ DecodeLaunch decode_launch_from_env() {
 
 // decode_pipe (FC1 and FC2 in one co-resident launch, pipelined by expert slot) for few tokens.
 // MOEJIT_DECODE_PIPE=on|off overrides the rule, MOEJIT_DECODE_TILE_PIPE its tile.
-bool decode_pipe_from_env(bool default_value) { return variant_from_env("MOEJIT_DECODE_PIPE", "on", "off", default_value); }
+bool decode_pipe_from_env(bool default_value) {
+  return variant_from_env("MOEJIT_DECODE_PIPE", "on", "off", default_value);
+}
 
 // decode_pipe's tile: 16 FC1 consumer warps fed by a ring of 3 stages of one chunk per warp, 8 FC2 warps.
 void choose_decode_pipe_tile(KernelKey& k, int tokens) {

@@ -161,12 +161,11 @@ __device__ void moe_decode_pipe(const DecodePipeParams& p) {
       const float gs = kNvfp4 ? p.fc1.gscale[work.expert] * kAccScale : kAccScale;
       // Warp 0's biases for its rows (g, g + 8), loaded now so that the store pass does not wait.
       float bias[kMats][2];
+      const size_t bias_row = (size_t)work.expert * kMats * kI + slab * 16 + (lane >> 2);
 #pragma unroll
       for (int m = 0; m < kMats; ++m)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          bias[m][h] = kBias && warp == 0 ? p.fc1.bias[((size_t)work.expert * kMats + m) * kI + slab * 16 + (lane >> 2) + 8 * h]
-                                          : 0.f;
+        for (int h = 0; h < 2; ++h) bias[m][h] = kBias && warp == 0 ? p.fc1.bias[bias_row + m * kI + 8 * h] : 0.f;
       for (int pass = 0; pass < work.count; pass += kCols) {
         const u16* rows[1];
         const int live = pass_rows<1, kCols>(
@@ -179,7 +178,7 @@ __device__ void moe_decode_pipe(const DecodePipeParams& p) {
         parity ^= 1;
         if (warp == 0)
           for_each_pass_result<1, kCols>(pass, live, work.count, [&](int, int i, int t, int r) {
-            float gate = acc[0][0][i] * gs + bias[0][i >> 1];
+            const float gate = acc[0][0][i] * gs + bias[0][i >> 1];
             const float up = kMats == 2 ? acc[0][kMats - 1][i] * gs + bias[kMats - 1][i >> 1] : 0.f;
             const float a = apply_activation<kAct, kLimit>(gate, up, p.fc1.alpha, p.fc1.beta, p.fc1.limit);
             p.fc1.act[(size_t)work.pairs[t] * kI + slab * 16 + r] = f32_to_bf16(a * kActScale);
@@ -291,7 +290,8 @@ __device__ void moe_decode_pipe(const DecodePipeParams& p) {
         if (fw == 0) {
           const int mine = j + lane;
           for (;;) {
-            const bool done = mine < num_active && ld_relaxed_gpu(p.slot_done + mine * kSlotLine) >= static_cast<int>(gridDim.x);
+            const bool done =
+                mine < num_active && ld_relaxed_gpu(p.slot_done + mine * kSlotLine) >= static_cast<int>(gridDim.x);
             const u32 complete = __ballot_sync(0xffffffffu, done);
             if (complete & 1u) {
               if (done) fence_acq_rel_gpu();

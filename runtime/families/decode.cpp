@@ -1,8 +1,9 @@
 // Decode family host side: FC1 then FC2 (+ combine), grids sized by the token count (no host sync).
 // Default: FC2 is a programmatic dependent of FC1, so its routing and first weight loads overlap
 // FC1's tail. With few pairs FC1 may be decode_fc1_loop (one wave walking the items) and FC2
-// decode_fc2_sum (the top-k sum inside each CTA). The plan may ask for two plain launches or one
-// cooperative launch (decode_fused).
+// decode_fc2_sum (the top-k sum inside each CTA). The plan may ask for two plain launches, one
+// cooperative launch (decode_fused) or one co-resident launch pipelined by expert slot (decode_pipe,
+// after its clear kernel).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -141,16 +142,17 @@ void launch_decode_pipe(const ForwardContext& ctx, const KernelKey& key) {
   p.buf_offset = l.buf_offset;
   p.stage_offset = l.stage_offset;
   p.acc_offset = l.acc_offset;
-  // The clear kernel zeroes the slot counters (the workspace needs no initialization) and lets the layer
-  // kernel start at once; the layer kernel waits for it only before its first counter access.
-  launch(ctx.modules.function(key, ctx.stream, "_clear"), LaunchShape{1, 1, 1, 128, 0}, ctx.stream, &p);
   const unsigned block = static_cast<unsigned>(kernel_threads(key));
   CUfunction f = ctx.modules.function(key, ctx.stream);
   // One CTA per SM; the layout above was computed for that grid.
-  if (cooperative_grid_limit(f, block, static_cast<unsigned>(l.bytes), ctx.sm_count) < static_cast<unsigned>(ctx.sm_count))
+  const unsigned sms = static_cast<unsigned>(ctx.sm_count);
+  if (cooperative_grid_limit(f, block, static_cast<unsigned>(l.bytes), ctx.sm_count) < sms)
     throw Error(fmt::format("decode_pipe: {} cannot keep one CTA on each of the {} SMs", key.str(), ctx.sm_count));
-  launch_cooperative(f, static_cast<unsigned>(ctx.sm_count), block, static_cast<unsigned>(l.bytes), ctx.sm_count,
-                     ctx.stream, &p, /*programmatic_dependent=*/true);
+  // The clear kernel zeroes the slot counters (the workspace needs no initialization) and lets the layer
+  // kernel start at once; the layer kernel waits for it only before its first counter access.
+  launch(ctx.modules.function(key, ctx.stream, "_clear"), LaunchShape{1, 1, 1, 128, 0}, ctx.stream, &p);
+  launch_cooperative(f, sms, block, static_cast<unsigned>(l.bytes), ctx.sm_count, ctx.stream, &p,
+                     /*programmatic_dependent=*/true);
 }
 
 }  // namespace moejit::detail
