@@ -7,13 +7,30 @@
 #include "moe_decode_fc1.cuh"
 #include "slab_stream.cuh"
 
+// The producer lane's whole job: copies the slab of every item this CTA walks (items blockIdx.x,
+// + gridDim.x, ... below `items`, item = slot * I/16 + slab), once per pass of kCols * kNT pairs, into
+// the ring, in the consumers' order.
+template <int kH, int kI, int kMats, int kNT, int kCols, class Ring>
+MOEJIT_DEVICE void fill_fc1_items(const Ring& ring, const DecodeFc1Params& p, const InlineRouteList& route, int items) {
+  constexpr int kChunks = (kH + 63) / 64;
+  constexpr int kSlabs = kI / 16;
+  const u64 policy = l2_evict_first_policy();
+  u32 n = 0;
+  for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    const int slot = item / kSlabs, slab = item % kSlabs;
+    const int count = route.offset[slot + 1] - route.offset[slot];
+    const size_t slab_index = (size_t)route.expert[slot] * kSlabs + slab;
+    const u8* w = reinterpret_cast<const u8*>(p.w + slab_index * kChunks * kMats * 32);
+    const u8* s = p.s + slab_index * kChunks * kMats * Ring::SG::kBytesPerChunk;
+    for (int pass = 0; pass < count; pass += kCols * kNT) ring.template fill_slab<kChunks>(w, s, n, policy);
+  }
+}
+
 template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kCols, int kStages, int kGroup>
 __device__ void moe_decode_fc1_stream(const DecodeFc1Params& p) {
   constexpr int kMats = kAct == kActRelu2 ? 1 : 2;
-  constexpr int kChunks = (kH + 63) / 64;
   constexpr int kSlabs = kI / 16;
   using Ring = SlabStreamRing<kNvfp4, kMats, kWarps, kStages, kGroup>;
-  using SG = ScaleGeometry<kNvfp4>;
   extern __shared__ __align__(128) u8 stream_smem[];
   __shared__ InlineRouteList route;
   __shared__ float red[kWarps > 1 ? kWarps * kNT * kMats * 4 * 32 : 1];
@@ -30,18 +47,7 @@ __device__ void moe_decode_fc1_stream(const DecodeFc1Params& p) {
   const int items = kSlabs * route.num_active;
 
   if (warp == kWarps) {  // the producer: one lane issues every copy, in the consumers' order
-    if (lane == 0) {
-      const u64 policy = l2_evict_first_policy();
-      u32 n = 0;
-      for (int item = blockIdx.x; item < items; item += gridDim.x) {
-        const int slot = item / kSlabs, slab = item % kSlabs;
-        const int count = route.offset[slot + 1] - route.offset[slot];
-        const size_t slab_index = (size_t)route.expert[slot] * kSlabs + slab;
-        const u8* w = reinterpret_cast<const u8*>(p.w + slab_index * kChunks * kMats * 32);
-        const u8* s = p.s + slab_index * kChunks * kMats * SG::kBytesPerChunk;
-        for (int pass = 0; pass < count; pass += kCols * kNT) ring.template fill_slab<kChunks>(w, s, n, policy);
-      }
-    }
+    if (lane == 0) fill_fc1_items<kH, kI, kMats, kNT, kCols>(ring, p, route, items);
     return;
   }
 

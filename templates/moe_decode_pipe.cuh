@@ -25,9 +25,8 @@
 // its programmatic dependent, waiting (griddepcontrol.wait) only before its first use of the counters.
 // Every CTA must be resident at once (FC2 warps wait for other CTAs): cooperative launch.
 #pragma once
-#include "moe_decode_fc1.cuh"
+#include "moe_decode_fc1_stream.cuh"
 #include "moe_decode_fc2.cuh"
-#include "slab_stream.cuh"
 
 struct DecodePipeParams {
   DecodeFc1Params fc1;
@@ -88,7 +87,6 @@ template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kE, int kH, int kI
 __device__ void moe_decode_pipe(const DecodePipeParams& p) {
   constexpr int kMats = kAct == kActRelu2 ? 1 : 2;
   constexpr int kSlabs1 = kI / 16;
-  constexpr int kChunks1 = (kH + 63) / 64;
   constexpr int kSlabs2 = kH / 16;
   constexpr int kChunks2 = (kI + 63) / 64;
   // Ring waits suspend up to 1 ms per try: consumers and the producer wake when the phase completes,
@@ -118,18 +116,7 @@ __device__ void moe_decode_pipe(const DecodePipeParams& p) {
   const int items = kSlabs1 * num_active;
 
   if (warp == kW1) {  // FC1's producer: one lane copies every slab, in the consumers' order
-    if (lane == 0) {
-      const u64 policy = l2_evict_first_policy();
-      u32 n = 0;
-      for (int item = blockIdx.x; item < items; item += gridDim.x) {
-        const int slot = item / kSlabs1, slab = item % kSlabs1;
-        const int count = route.offset[slot + 1] - route.offset[slot];
-        const size_t slab_index = (size_t)route.expert[slot] * kSlabs1 + slab;
-        const u8* w = reinterpret_cast<const u8*>(p.fc1.w + slab_index * kChunks1 * kMats * 32);
-        const u8* s = p.fc1.s + slab_index * kChunks1 * kMats * SG::kBytesPerChunk;
-        for (int pass = 0; pass < count; pass += kCols) ring.template fill_slab<kChunks1>(w, s, n, policy);
-      }
-    }
+    if (lane == 0) fill_fc1_items<kH, kI, kMats, 1, kCols>(ring, p.fc1, route, items);
     return;
   }
 

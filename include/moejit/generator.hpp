@@ -39,8 +39,9 @@ bool decode_activation_ring(const KernelKey& key);
 // decode_pipe's run-time geometry for one forward (templates/moe_decode_pipe.cuh: DecodePipeParams):
 // how each CTA's FC2 slabs are cut into K ranges for its FC2 warps, how many expert slots each FC2 warp
 // keeps in shared memory, and the dynamic shared memory layout (bytes; the FC1 ring first). window is
-// 0 where not even one slot fits (the planner does not pick the kernel then). grid: CTAs launched
-// (one per SM). Pure; throws moejit::Error for a key of another kind or non-positive sizes.
+// 0 where not even one slot fits (the planner does not pick the kernel then). tokens: M; top_k: the
+// layer's K; grid: CTAs launched (one per SM). Pure and thread-safe; throws moejit::Error for a key of
+// another kind or non-positive sizes.
 struct DecodePipeLayout {
   int slots = 0, fc2_parts = 0, part_chunks = 0, window = 0, units_per_warp = 0, stage_pairs = 0;
   int bar_offset = 0, buf_offset = 0, stage_offset = 0, acc_offset = 0, bytes = 0;
