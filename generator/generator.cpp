@@ -40,6 +40,13 @@ int stream_ring_bytes(const KernelKey& key) {
   const int barriers = (2 * key.depth * 8 + 127) / 128 * 128;
   return barriers + key.depth * key.warps * key.parts * fc1_mats(key) * (512 + chunk_scale_bytes(key));
 }
+// The generated source's check that the device's ring (SlabStreamRing::kBytes) has the size the host
+// launches with.
+std::string stream_ring_check(const KernelKey& key) {
+  return fmt::format("static_assert(SlabStreamRing<{}, {}, {}, {}, {}>::kBytes == {}, \"host and device ring sizes differ\");\n",
+                     cpp_bool(key.format == ScaleFormat::nvfp4), fc1_mats(key), key.warps, key.depth, key.parts,
+                     stream_ring_bytes(key));
+}
 // Static shared memory of a decode_pipe CTA: the routing list, FC1's cross-warp reduction buffer (two
 // halves), FC2's per-pair weights and per-slot multipliers and its ready flag.
 int pipe_static_smem(const KernelKey& key) {
@@ -197,27 +204,23 @@ GeneratedSource generate_source(const KernelKey& raw) {
       if (smem > kMaxDynamicSmem)
         throw Error(fmt::format("kernel key {}: the ring needs {} bytes of shared memory, more than {}", key.str(), smem,
                                 kMaxDynamicSmem));
-      out.source = header + fmt::format(
-          "#include \"moe_decode_fc1_stream.cuh\"\n"
-          "static_assert(SlabStreamRing<{2}, {13}, {9}, {11}, {12}>::kBytes == {14}, \"host and device ring sizes differ\");\n"
-          "extern \"C\" __global__ void __launch_bounds__({0}, {15}) {1}(const DecodeFc1Params p) {{\n"
-          "  moe_decode_fc1_stream<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {16}, {11}, {12}>(p);\n}}\n",
+      out.source = header + "#include \"moe_decode_fc1_stream.cuh\"\n" + stream_ring_check(key) + fmt::format(
+          "extern \"C\" __global__ void __launch_bounds__({0}, {13}) {1}(const DecodeFc1Params p) {{\n"
+          "  moe_decode_fc1_stream<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {14}, {11}, {12}>(p);\n}}\n",
           threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), act_code(key.activation),
           cpp_bool(key.limit), cpp_bool(key.bias), key.experts, key.hidden, key.intermediate, key.warps, key.ntiles,
-          key.depth, key.parts, fc1_mats(key), smem, min_blocks, key.columns);
+          key.depth, key.parts, min_blocks, key.columns);
       break;
     }
     case KernelKind::decode_pipe: {
-      out.source = header + fmt::format(
-          "#include \"moe_decode_pipe.cuh\"\n"
-          "static_assert(SlabStreamRing<{2}, {13}, {9}, {11}, {12}>::kBytes == {14}, \"host and device ring sizes differ\");\n"
+      out.source = header + "#include \"moe_decode_pipe.cuh\"\n" + stream_ring_check(key) + fmt::format(
           "extern \"C\" __global__ void __launch_bounds__({0}, 1) {1}(const DecodePipeParams p) {{\n"
-          "  moe_decode_pipe<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {15}>(p);\n}}\n"
+          "  moe_decode_pipe<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}>(p);\n}}\n"
           "extern \"C\" __global__ void __launch_bounds__(128) {1}_clear(const DecodePipeParams p) {{\n"
           "  moe_decode_pipe_clear(p);\n}}\n",
           threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), act_code(key.activation),
           cpp_bool(key.limit), cpp_bool(key.bias), key.experts, key.hidden, key.intermediate, key.warps, key.columns,
-          key.depth, key.parts, fc1_mats(key), stream_ring_bytes(key), key.groups);
+          key.depth, key.parts, key.groups);
       break;
     }
     case KernelKind::decode_fc2:

@@ -65,6 +65,16 @@ MOEJIT_DEVICE void bulk_copy_to_shared(u32 dst, const void* src, u32 bytes, u32 
       : "memory");
 }
 
+// 16-byte global -> shared copies that bypass the registers (L2 only, so rows other CTAs wrote are
+// seen); src_bytes 0 fills zeros. Commit, then wait for all of this thread's copies.
+MOEJIT_DEVICE void cp_async_16(u32 dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+MOEJIT_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+MOEJIT_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+// Orders this thread's earlier shared-memory reads before later copy-engine writes to the same bytes.
+MOEJIT_DEVICE void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
 // Shared-memory loads by shared address (volatile: they must stay after the barrier wait that made
 // the data visible).
 MOEJIT_DEVICE u32x4 ld_shared_16(u32 a) {

@@ -91,6 +91,14 @@ MOEJIT_DEVICE int ld_acquire_gpu(const int* p) {
   asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+// For polling loops: relaxed reads, then one fence once the awaited value is seen (together an acquire;
+// an acquiring read in the loop would fence on every poll).
+MOEJIT_DEVICE int ld_relaxed_gpu(const int* p) {
+  int v;
+  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+MOEJIT_DEVICE void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 
 // D = A(16x16 bf16, row) * B(16x8 bf16, col) + C, fp32 accumulators.
 MOEJIT_DEVICE void mma_bf16_16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {

@@ -51,31 +51,6 @@ MOEJIT_DEVICE int pipe_block_bytes(int part_chunks) {
   return part_chunks * (512 + ScaleGeometry<kNvfp4>::kBytesPerChunk);
 }
 
-MOEJIT_DEVICE void st_shared_16(u32 a, u32x4 v) {
-  asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};" ::"r"(a), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-}
-// Rows other CTAs of this grid wrote (FC1's activations after the slot's acquire): L2, not L1.
-MOEJIT_DEVICE u32x4 ld_cg_16(const void* p) {
-  u32x4 v;
-  asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-MOEJIT_DEVICE int ld_relaxed_gpu(const int* p) {
-  int v;
-  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-MOEJIT_DEVICE void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-// 16-byte global -> shared copies that bypass the registers (L2 only: rows other CTAs wrote); src_bytes
-// 0 fills zeros.
-MOEJIT_DEVICE void cp_async_16(u32 dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-MOEJIT_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-MOEJIT_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-// Orders this thread's earlier shared-memory reads before later copy-engine writes to the same bytes.
-MOEJIT_DEVICE void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-
 // Zeroes the slot counters, then lets the layer kernel (its programmatic dependent) start at once.
 __device__ void moe_decode_pipe_clear(const DecodePipeParams& p) {
   pdl_launch_dependents();

@@ -603,14 +603,7 @@ TEST_CASE("decode_pipe keys, plans and shared-memory layouts", "[keys][planner]"
   CHECK_THROWS_WITH(decode_pipe_layout(other, 1, 4, 132), Catch::Contains("not a decode_pipe key"));
 
   // Planned only on request, and then where a slot fits.
-  LayerSpec spec;
-  spec.format = ScaleFormat::mxfp4;
-  spec.activation = Activation::swigluoai;
-  spec.experts = 128;
-  spec.hidden = 2880;
-  spec.intermediate = 2880;
-  spec.top_k = 4;
-  spec.has_bias = true;
+  const LayerSpec spec = gptoss();
   CHECK(make_plan(spec, Arch::sm_90a, 1, 132).kernels.front().kind != KernelKind::decode_pipe);
   ::setenv("MOEJIT_DECODE_PIPE", "on", 1);
   const Plan pipe = make_plan(spec, Arch::sm_90a, 1, 132);
