@@ -11,6 +11,11 @@ typedef int i32;
 
 struct alignas(16) u32x4 { u32 x, y, z, w; };
 struct alignas(8) u32x2 { u32 x, y; };
+// A compile-time flag passed to generic lambdas (the sources are C++17: no explicit lambda templates).
+template <bool kValue>
+struct BoolTag {
+  static constexpr bool value = kValue;
+};
 
 #define MOEJIT_DEVICE __device__ __forceinline__
 

@@ -168,11 +168,13 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
     for (int c = kDepth; c < kDepth + kL2AheadChunks && c < my_chunks; ++c)
       prefetch_chunk(wp + c * kWStride, sp + c * kSStride);
   }
-  // Loads this warp's next chunk into ring slot `slot` (nothing past the warp's last chunk).
-  auto issue = [&](int slot) {
-    if (kL2AheadChunks > 0 && issued >= kDepth && issued + kL2AheadChunks < my_chunks)
+  // Loads this warp's next chunk into ring slot `slot` (nothing past the warp's last chunk). kChecked =
+  // false: the caller knows the chunk exists and that the ring is primed (the steady-state loop below).
+  auto issue = [&](int slot, auto checked) {
+    constexpr bool kChecked = decltype(checked)::value;
+    if (kL2AheadChunks > 0 && (!kChecked || issued >= kDepth) && issued + kL2AheadChunks < my_chunks)
       prefetch_chunk(wp + kL2AheadChunks * kWStride, sp + kL2AheadChunks * kSStride);
-    if (issued < my_chunks) {
+    if (!kChecked || issued < my_chunks) {
 #pragma unroll
       for (int m = 0; m < kMats; ++m) {
         wq[slot][m] = ld_stream_16(wp + m * 32);
@@ -185,7 +187,7 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
     sp += kSStride;
   };
 #pragma unroll
-  for (int j = 0; j < kDepth; ++j) issue(j);
+  for (int j = 0; j < kDepth; ++j) issue(j, BoolTag<true>{});
   // Weights never depend on the previous kernel, so a programmatic dependent waits only here, after
   // its first loads are in flight and before touching the previous kernel's outputs (b_rows).
   if (wait_primary_after_prefetch) {
@@ -223,10 +225,16 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   u32x2 xq[kXRing][kNT][4];
   const u16* xp[kNT];
   bool x_live[kNT];
+  // Lanes of a column without a pair read column 0's row of n-tile 0 (which always holds one): their
+  // MMA column then computes a result nobody reads (MMA columns are independent, and only columns with
+  // a pair are stored), and the loads need neither a predicate nor zeroing moves; the lanes read the
+  // addresses column 0's lanes read in the same instruction, so no extra memory traffic either.
+  const u16* const any_row = reinterpret_cast<const u16*>(
+      __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(b_rows[0]), 0));
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) {
     x_live[nt] = b_rows[nt] != nullptr;
-    xp[nt] = (x_live[nt] ? b_rows[nt] : reinterpret_cast<const u16*>(w)) + part * 64 + kofs;
+    xp[nt] = (x_live[nt] ? b_rows[nt] : any_row) + part * 64 + kofs;
   }
   // Staged x: this lane's piece of the next chunk, step 0, and how far it moves per chunk. The zero
   // pieces cover both offsets a step reads at (xs[4 st] ahead of the advance with the activation ring,
@@ -237,15 +245,16 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   auto ld_x = [](const u16* at) { return kScaleB ? ld_nc_8(at) : ld_act_8(at); };
   int x_issued = 0;
   int kx = part * 64 + kofs;  // true K of this lane's first element in the next chunk to load
-  auto issue_x = [&](int slot) {
-    if (kPrefetchX && x_issued < my_chunks) {
+  auto issue_x = [&](int slot, auto checked) {
+    constexpr bool kChecked = decltype(checked)::value;
+    if (kPrefetchX && (!kChecked || x_issued < my_chunks)) {
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int st = 0; st < 4; ++st)
           xq[slot][nt][st] = kStageX ? xs[4 * st]
-                             : x_live[nt] && (kK % 64 == 0 || kx + 16 * st < kK) ? ld_x(xp[nt] + 16 * st)
-                                                                                  : u32x2{0u, 0u};
+                             : kK % 64 == 0 || kx + 16 * st < kK ? ld_x(xp[nt] + 16 * st)
+                                                                 : u32x2{0u, 0u};
     }
     ++x_issued;
 #pragma unroll
@@ -253,26 +262,52 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
     kx += kXStride;
     if (kStageX) xs += xs_step;
   };
-  if (kPrefetchX) issue_x(0);
+  if (kPrefetchX) issue_x(0, BoolTag<true>{});
 
+  // Where the steady loop pays (docs/PERFORMANCE.md, v16): NVFP4 chunks hold four scale blocks per
+  // matrix, and at the 64- and 80-register caps the steady loop's freer schedule makes those kernels
+  // spill inside the loop (Qwen3 FC1 12 -> 120 bytes) and measure slower; so does MXFP4 FC1 with a
+  // staged x row (DeepSeek-V3 MXFP4 M = 1: 0 -> 32 bytes, +1 us). The other MXFP4 kernels keep their
+  // registers and gain (gpt-oss-120b M = 1-32: -2 to -6 %).
+  constexpr bool kSteadyLoop = !kNvfp4 && !kStageX;
+  // One chunk: the loads kDepth chunks ahead, then this chunk's MMAs from ring slot j.
+  auto step = [&](int j, auto checked) {
+    issue((j + kDepth) % kRing, checked);
+    issue_x(kPrefetchX ? (j + 1) % kRing % kXRing : j, checked);
+    if (kPinLoads) asm volatile("bar.warp.sync -1;" ::: "memory");
+    // Staged pieces are already times 2^64.
+    chunk_mma<kNvfp4, kMats, kNT, kCols, kScaleB && !kStageX>(wq[j], sq[j], live_tiles, acc, [&](int nt, int st) {
+      // Without the ring each step loads its own piece right here (fewer live registers).
+      return kPrefetchX ? xq[j % kXRing][nt][st]
+             : kStageX  ? xs[4 * st - 16]
+             : kK % 64 == 0 || kx - kXStride + 16 * st < kK ? ld_x(xp[nt] - kXStride + 16 * st)
+                                                            : u32x2{0u, 0u};
+    });
+  };
   // Rolled over groups of kRing chunks, unrolled inside a group so that ring slots are compile-time
-  // register indices (a full unroll spills at large K).
+  // register indices (a full unroll spills at large K). While every load a group issues is one of the
+  // warp's chunks (the steady state), the group runs without bound checks or predicated loads; the
+  // last groups check each chunk.
+  int base = 0;
 #pragma unroll 1
-  for (int base = 0; base < my_chunks; base += kRing) {
+  for (; kSteadyLoop && base + kRing + kDepth <= my_chunks; base += kRing) {
+#pragma unroll
+    for (int j = 0; j < kRing; ++j) {
+      step(j, BoolTag<false>{});
+      if (j == 0 && base == 0) MOEJIT_TRACE_CTA(4);
+    }
+  }
+  // The counters the checked groups test, as they stand at chunk `base` (set here so that the steady
+  // loop keeps none of them live).
+  issued = base + kDepth;
+  x_issued = base + (kPrefetchX ? 1 : 0);
+  kx = part * 64 + kofs + x_issued * kXStride;
+#pragma unroll 1
+  for (; base < my_chunks; base += kRing) {
 #pragma unroll
     for (int j = 0; j < kRing; ++j) {
       if (base + j >= my_chunks) break;
-      issue((j + kDepth) % kRing);
-      issue_x(kPrefetchX ? (j + 1) % kRing % kXRing : j);
-      if (kPinLoads) asm volatile("bar.warp.sync -1;" ::: "memory");
-      // Staged pieces are already times 2^64.
-      chunk_mma<kNvfp4, kMats, kNT, kCols, kScaleB && !kStageX>(wq[j], sq[j], live_tiles, acc, [&](int nt, int st) {
-        // Without the ring each step loads its own piece right here (fewer live registers).
-        return kPrefetchX ? xq[j % kXRing][nt][st]
-               : kStageX  ? xs[4 * st - 16]
-               : x_live[nt] && (kK % 64 == 0 || kx - kXStride + 16 * st < kK) ? ld_x(xp[nt] - kXStride + 16 * st)
-                                                                               : u32x2{0u, 0u};
-      });
+      step(j, BoolTag<true>{});
       if (base == 0 && j == 0) MOEJIT_TRACE_CTA(4);
     }
   }
