@@ -141,7 +141,10 @@ GeneratedSource generate_source(const KernelKey& raw) {
   const int min_blocks = decode_ctas_per_sm(key);
   const bool prefetch_x = decode_activation_ring(key);
   std::string header = fmt::format("// moejit generated kernel\n// key: {}\n", key.str());
-  if (key.inline_route) header += fmt::format("#define MOEJIT_INLINE_ROUTE_MAX_PAIRS {}\n", inline_route_pairs(key));
+  if (key.inline_route) {
+    header += fmt::format("#define MOEJIT_INLINE_ROUTE_MAX_PAIRS {}\n", inline_route_pairs(key));
+    header += "#define MOEJIT_INLINE_ROUTED 1\n";
+  }
   if (key.l2_ahead > 0) header += fmt::format("#define MOEJIT_L2_AHEAD_CHUNKS {}\n", key.l2_ahead);
   if (key.x_staged) header += "#define MOEJIT_X_STAGED 1\n";
 #ifdef MOEJIT_TRACE_BUILD

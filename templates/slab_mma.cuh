@@ -21,6 +21,11 @@ static_assert(kL2AheadChunks >= 0 && kL2AheadChunks <= 16, "l2_ahead is 0..16 ch
 #define MOEJIT_X_STAGED 0
 #endif
 inline constexpr bool kXStaged = MOEJIT_X_STAGED != 0;
+// The kernel routes inline (the key's inline_route): its CTAs serve few pairs each, one pass per slab.
+#ifndef MOEJIT_INLINE_ROUTED
+#define MOEJIT_INLINE_ROUTED 0
+#endif
+inline constexpr bool kInlineRouted = MOEJIT_INLINE_ROUTED != 0;
 // Zero pieces (8 bytes each) at the front of each warp's staged x area, read by lanes without a pair.
 inline constexpr int kStageZeros = 32;
 
@@ -225,17 +230,22 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   u32x2 xq[kXRing][kNT][4];
   const u16* xp[kNT];
   bool x_live[kNT];
-  // Lanes of a column without a pair read column 0's row of n-tile 0 (which always holds one): their
-  // MMA column then computes a result nobody reads (MMA columns are independent, and only columns with
-  // a pair are stored), and the loads need neither a predicate nor zeroing moves; the lanes read the
-  // addresses column 0's lanes read in the same instruction, so no extra memory traffic either.
-  const u16* const any_row = reinterpret_cast<const u16*>(
+  // kAnyRow: lanes of a column without a pair read column 0's row of n-tile 0 (which always holds one):
+  // their MMA column then computes a result nobody reads (MMA columns are independent, and only columns
+  // with a pair are stored), and the loads need neither a predicate nor zeroing moves; the lanes read
+  // the addresses column 0's lanes read in the same instruction, so no extra memory traffic either.
+  // NVFP4 kernels behind the route kernel (8 columns, many waves) keep the predicated loads: with them
+  // they read 3-6 % slower (DeepSeek-V3 M = 16/32, Qwen3 M = 32/64; docs/PERFORMANCE.md v16).
+  constexpr bool kAnyRow = !kNvfp4 || kCols == 4 || kInlineRouted;
+  const u16* const any_row = !kAnyRow ? reinterpret_cast<const u16*>(w) : reinterpret_cast<const u16*>(
       __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(b_rows[0]), 0));
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) {
     x_live[nt] = b_rows[nt] != nullptr;
     xp[nt] = (x_live[nt] ? b_rows[nt] : any_row) + part * 64 + kofs;
   }
+  // Whether lane's column nt loads (always, with kAnyRow).
+  auto x_loads = [&](int nt) { return kAnyRow || x_live[nt]; };
   // Staged x: this lane's piece of the next chunk, step 0, and how far it moves per chunk. The zero
   // pieces cover both offsets a step reads at (xs[4 st] ahead of the advance with the activation ring,
   // xs[4 st - 16] after it).
@@ -253,8 +263,8 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
 #pragma unroll
         for (int st = 0; st < 4; ++st)
           xq[slot][nt][st] = kStageX ? xs[4 * st]
-                             : kK % 64 == 0 || kx + 16 * st < kK ? ld_x(xp[nt] + 16 * st)
-                                                                 : u32x2{0u, 0u};
+                             : x_loads(nt) && (kK % 64 == 0 || kx + 16 * st < kK) ? ld_x(xp[nt] + 16 * st)
+                                                                                   : u32x2{0u, 0u};
     }
     ++x_issued;
 #pragma unroll
@@ -280,35 +290,47 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
       // Without the ring each step loads its own piece right here (fewer live registers).
       return kPrefetchX ? xq[j % kXRing][nt][st]
              : kStageX  ? xs[4 * st - 16]
-             : kK % 64 == 0 || kx - kXStride + 16 * st < kK ? ld_x(xp[nt] - kXStride + 16 * st)
-                                                            : u32x2{0u, 0u};
+             : x_loads(nt) && (kK % 64 == 0 || kx - kXStride + 16 * st < kK) ? ld_x(xp[nt] - kXStride + 16 * st)
+                                                                              : u32x2{0u, 0u};
     });
   };
   // Rolled over groups of kRing chunks, unrolled inside a group so that ring slots are compile-time
   // register indices (a full unroll spills at large K). While every load a group issues is one of the
   // warp's chunks (the steady state), the group runs without bound checks or predicated loads; the
   // last groups check each chunk.
-  int base = 0;
+  if constexpr (kSteadyLoop) {
+    int base = 0;
 #pragma unroll 1
-  for (; kSteadyLoop && base + kRing + kDepth <= my_chunks; base += kRing) {
+    for (; base + kRing + kDepth <= my_chunks; base += kRing) {
 #pragma unroll
-    for (int j = 0; j < kRing; ++j) {
-      step(j, BoolTag<false>{});
-      if (j == 0 && base == 0) MOEJIT_TRACE_CTA(4);
+      for (int j = 0; j < kRing; ++j) {
+        step(j, BoolTag<false>{});
+        if (j == 0 && base == 0) MOEJIT_TRACE_CTA(4);
+      }
     }
-  }
-  // The counters the checked groups test, as they stand at chunk `base` (set here so that the steady
-  // loop keeps none of them live).
-  issued = base + kDepth;
-  x_issued = base + (kPrefetchX ? 1 : 0);
-  kx = part * 64 + kofs + x_issued * kXStride;
+    // The counters the checked groups test, as they stand at chunk `base` (set here so that the steady
+    // loop keeps none of them live).
+    issued = base + kDepth;
+    x_issued = base + (kPrefetchX ? 1 : 0);
+    kx = part * 64 + kofs + x_issued * kXStride;
 #pragma unroll 1
-  for (; base < my_chunks; base += kRing) {
+    for (; base < my_chunks; base += kRing) {
 #pragma unroll
-    for (int j = 0; j < kRing; ++j) {
-      if (base + j >= my_chunks) break;
-      step(j, BoolTag<true>{});
-      if (base == 0 && j == 0) MOEJIT_TRACE_CTA(4);
+      for (int j = 0; j < kRing; ++j) {
+        if (base + j >= my_chunks) break;
+        step(j, BoolTag<true>{});
+        if (base == 0 && j == 0) MOEJIT_TRACE_CTA(4);
+      }
+    }
+  } else {
+#pragma unroll 1
+    for (int base = 0; base < my_chunks; base += kRing) {
+#pragma unroll
+      for (int j = 0; j < kRing; ++j) {
+        if (base + j >= my_chunks) break;
+        step(j, BoolTag<true>{});
+        if (base == 0 && j == 0) MOEJIT_TRACE_CTA(4);
+      }
     }
   }
 }
