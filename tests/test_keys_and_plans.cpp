@@ -256,6 +256,8 @@ TEST_CASE("the generator is deterministic and specializes per key", "[generator]
     CHECK(a.entry == k.entry_name());
     CHECK(a.source.find(k.str()) != std::string::npos);        // the key is written into the source
     CHECK(a.source.find("#include <") == std::string::npos);   // no toolkit headers
+    // The chunk loop's shape depends on the routing (templates/slab_mma.cuh): inline keys say so.
+    CHECK((a.source.find("#define MOEJIT_INLINE_ROUTED 1") != std::string::npos) == (k.inline_route != 0));
     sources.insert(a.source);
   }
   CHECK(sources.size() == keys.size());  // distinct keys, distinct sources
