@@ -298,6 +298,18 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   // register indices (a full unroll spills at large K). While every load a group issues is one of the
   // warp's chunks (the steady state), the group runs without bound checks or predicated loads; the
   // last groups check each chunk.
+  // The checked groups from chunk `base` on (the whole part where the steady loop does not apply).
+  auto checked_groups = [&](int base) {
+#pragma unroll 1
+    for (; base < my_chunks; base += kRing) {
+#pragma unroll
+      for (int j = 0; j < kRing; ++j) {
+        if (base + j >= my_chunks) break;
+        step(j, BoolTag<true>{});
+        if (base == 0 && j == 0) MOEJIT_TRACE_CTA(4);
+      }
+    }
+  };
   if constexpr (kSteadyLoop) {
     int base = 0;
 #pragma unroll 1
@@ -313,25 +325,9 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
     issued = base + kDepth;
     x_issued = base + (kPrefetchX ? 1 : 0);
     kx = part * 64 + kofs + x_issued * kXStride;
-#pragma unroll 1
-    for (; base < my_chunks; base += kRing) {
-#pragma unroll
-      for (int j = 0; j < kRing; ++j) {
-        if (base + j >= my_chunks) break;
-        step(j, BoolTag<true>{});
-        if (base == 0 && j == 0) MOEJIT_TRACE_CTA(4);
-      }
-    }
+    checked_groups(base);
   } else {
-#pragma unroll 1
-    for (int base = 0; base < my_chunks; base += kRing) {
-#pragma unroll
-      for (int j = 0; j < kRing; ++j) {
-        if (base + j >= my_chunks) break;
-        step(j, BoolTag<true>{});
-        if (base == 0 && j == 0) MOEJIT_TRACE_CTA(4);
-      }
-    }
+    checked_groups(0);
   }
 }
 
