@@ -153,6 +153,15 @@ TEST_CASE("cli: inspect resources; sass fails clearly or disassembles", "[cli]")
     CHECK_THAT(r.out, Catch::Contains("moejit_decode_fc1"));
   else
     CHECK_THAT(r.out, Catch::Contains("cuobjdump") && Catch::Contains("nvdisasm"));
+  // The loop report of the same listing: FC1's chunk loop holds its MMAs.
+  const bool disassembled = r.rc == 0;
+  r = cli({"inspect", fc1_key(), "--emit", "loops"});
+  INFO(r.out);
+  CHECK((r.rc == 0) == disassembled);
+  if (r.rc == 0)
+    CHECK_THAT(r.out, Catch::Contains("moejit_decode_fc1") && Catch::Contains("loop 0x") && Catch::Contains("HMMA@"));
+  else
+    CHECK_THAT(r.out, Catch::Contains("--emit loops") && Catch::Contains("cuobjdump"));
 }
 
 TEST_CASE("cli: prewarm, cache ls, verify, damage, gc, clear", "[cli]") {

@@ -8,14 +8,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "moejit/compiler.hpp"
 #include "moejit/error.hpp"
 #include "moejit/generator.hpp"
 #include "moejit/kernel_cache.hpp"
+#include "moejit/sass_report.hpp"
 #include "tools/cli_common.hpp"
 
 namespace moejit::cli {
@@ -48,12 +52,14 @@ std::string find_tool(const std::vector<std::string>& names, std::vector<std::st
   return {};
 }
 
-int run_tool(const std::vector<std::string>& argv) {
+// Runs argv[0] with argv; its standard output goes to out_fd when that is >= 0 (else to ours).
+int run_tool(const std::vector<std::string>& argv, int out_fd = -1) {
   std::fflush(stdout);
   std::fflush(stderr);
   pid_t pid = ::fork();
   if (pid < 0) throw Error(fmt::format("fork failed: {}", std::strerror(errno)));
   if (pid == 0) {
+    if (out_fd >= 0 && ::dup2(out_fd, STDOUT_FILENO) < 0) ::_exit(127);
     std::vector<char*> a;
     for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
     a.push_back(nullptr);
@@ -67,20 +73,28 @@ int run_tool(const std::vector<std::string>& argv) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-int emit_sass(const CachedKernel& k) {
+// A temporary file under $TMPDIR (or /tmp) named moejit-inspect-XXXXXX<suffix>, created and open: its
+// path and descriptor.
+std::pair<std::string, int> temporary_file(const char* suffix) {
+  const char* tmpdir = std::getenv("TMPDIR");
+  const std::string path = fmt::format("{}/moejit-inspect-XXXXXX{}", tmpdir && *tmpdir ? tmpdir : "/tmp", suffix);
+  std::vector<char> tmpl(path.begin(), path.end());
+  tmpl.push_back('\0');
+  const int fd = ::mkstemps(tmpl.data(), static_cast<int>(std::strlen(suffix)));
+  if (fd < 0) throw Error(fmt::format("cannot create a temporary file {}: {}", path, std::strerror(errno)));
+  return {std::string(tmpl.data()), fd};
+}
+
+// Disassembles k's cubin with cuobjdump or nvdisasm. report_loops: print sass_loop_report of the listing
+// instead of the listing itself.
+int emit_sass(const CachedKernel& k, bool report_loops) {
   const std::string tool = find_tool({"cuobjdump", "nvdisasm"}, nullptr);
   if (tool.empty())
     throw Error(
-        "--emit sass needs cuobjdump or nvdisasm from the CUDA toolkit, and neither was found in PATH, "
+        "--emit sass and --emit loops need cuobjdump or nvdisasm from the CUDA toolkit, and neither was found in PATH, "
         "$CUDA_HOME/bin, $CUDA_PATH/bin or /usr/local/cuda/bin (install them or set CUDA_HOME); "
         "--emit ptx and --emit resources work without them");
-  const char* tmpdir = std::getenv("TMPDIR");
-  std::string path = fmt::format("{}/moejit-inspect-XXXXXX.cubin", tmpdir && *tmpdir ? tmpdir : "/tmp");
-  std::vector<char> tmpl(path.begin(), path.end());
-  tmpl.push_back('\0');
-  int fd = ::mkstemps(tmpl.data(), 6);
-  if (fd < 0) throw Error(fmt::format("cannot create a temporary file {}: {}", path, std::strerror(errno)));
-  path = tmpl.data();
+  auto [path, fd] = temporary_file(".cubin");
   size_t off = 0;
   while (off < k.cubin.size()) {
     ssize_t n = ::write(fd, k.cubin.data() + off, k.cubin.size() - off);
@@ -95,9 +109,29 @@ int emit_sass(const CachedKernel& k) {
   const bool is_cuobjdump = tool.size() >= 9 && tool.compare(tool.size() - 9, 9, "cuobjdump") == 0;
   std::vector<std::string> cmd = is_cuobjdump ? std::vector<std::string>{tool, "--dump-sass", path}
                                               : std::vector<std::string>{tool, "--print-code", path};
-  const int rc = run_tool(cmd);
+  if (!report_loops) {
+    const int rc = run_tool(cmd);
+    ::unlink(path.c_str());
+    if (rc != 0) throw Error(fmt::format("{} exited with status {}", tool, rc));
+    return kExitOk;
+  }
+  std::string listing_path;
+  int listing_fd = -1;
+  try {
+    std::tie(listing_path, listing_fd) = temporary_file(".sass");
+  } catch (...) {
+    ::unlink(path.c_str());
+    throw;
+  }
+  const int rc = run_tool(cmd, listing_fd);
+  ::close(listing_fd);
   ::unlink(path.c_str());
+  std::ifstream in(listing_path);
+  std::stringstream listing;
+  listing << in.rdbuf();
+  ::unlink(listing_path.c_str());
   if (rc != 0) throw Error(fmt::format("{} exited with status {}", tool, rc));
+  fmt::print("{}", sass_loop_report(listing.str()));
   return kExitOk;
 }
 
@@ -144,13 +178,15 @@ int cmd_inspect(int argc, char** argv) {
   }();
   static const CommandSpec spec{
       "inspect",
-      "KEY [--emit source|ptx|sass|resources] [--arch ARCH]",
+      "KEY [--emit source|ptx|sass|loops|resources] [--arch ARCH]",
       "show one kernel",
       "Emits the generated CUDA source of a kernel key, the PTX NVRTC makes of it, its SASS (through cuobjdump or\n"
-      "nvdisasm from the CUDA toolkit, when installed) or its resource usage (registers, static shared memory,\n"
-      "spills, cubin size; compiled into the cache when missing). `moejit plan` lists a config's keys, e.g.\n  " +
+      "nvdisasm from the CUDA toolkit, when installed), a report of the SASS's loops (per loop: address range,\n"
+      "instruction count, opcode counts, spill loads/stores, and the positions of its loads, stores and MMAs)\n"
+      "or its resource usage (registers, static shared memory, spills, cubin size; compiled into the cache when\n"
+      "missing). `moejit plan` lists a config's keys, e.g.\n  " +
           example,
-      {{"emit", "WHAT", "source (default), ptx, sass or resources"},
+      {{"emit", "WHAT", "source (default), ptx, sass, loops or resources"},
        {"arch", "ARCH", "override the key's architecture (sm_90a, sm_100a, sm_120a)"}},
       {"KEY"}};
   Args args(spec, argc, argv, 2);
@@ -182,14 +218,14 @@ int cmd_inspect(int argc, char** argv) {
     std::fwrite(out.binary.data(), 1, n, stdout);
     return kExitOk;
   }
-  if (what == "sass" || what == "resources") {
+  if (what == "sass" || what == "loops" || what == "resources") {
     KernelCache cache;
     auto k = cache.get(key);
-    if (what == "sass") return emit_sass(*k);
+    if (what != "resources") return emit_sass(*k, what == "loops");
     emit_resources(*k);
     return kExitOk;
   }
-  throw UsageError(fmt::format("--emit must be source, ptx, sass or resources, got '{}'", what));
+  throw UsageError(fmt::format("--emit must be source, ptx, sass, loops or resources, got '{}'", what));
 }
 
 }  // namespace moejit::cli
