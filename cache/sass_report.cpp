@@ -123,12 +123,10 @@ std::vector<SassLoop> sass_loops(std::string_view sass) {
   std::vector<SassLoop> out;
   std::string function;
   std::vector<Instruction> code;
-  std::size_t start = 0;
-  while (start <= sass.size()) {
-    auto nl = sass.find('\n', start);
-    if (nl == std::string_view::npos) nl = sass.size();
-    const std::string_view line = sass.substr(start, nl - start);
-    start = nl + 1;
+  while (!sass.empty()) {  // line by line, as parse_ptxas_resources reads its log
+    const auto nl = sass.find('\n');
+    const std::string_view line = sass.substr(0, nl);
+    sass = nl == std::string_view::npos ? std::string_view{} : sass.substr(nl + 1);
     std::string name;
     Instruction ins;
     if (function_header(line, name)) {
@@ -138,7 +136,6 @@ std::vector<SassLoop> sass_loops(std::string_view sass) {
     } else if (parse_instruction(line, ins)) {
       code.push_back(std::move(ins));
     }
-    if (nl == sass.size()) break;
   }
   add_loops(function, code, out);
   return out;
