@@ -275,13 +275,13 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   if (kPrefetchX) issue_x(0, BoolTag<true>{});
 
   // Where the steady loop pays (docs/PERFORMANCE.md, v16 and v17): NVFP4 chunks hold four scale blocks
-  // per matrix, and at the 64- and 80-register caps the steady loop's freer schedule makes FC1 and
-  // FC2-sum spill inside the loop (Qwen3 FC1 12 -> 120 bytes) and measure slower; so does MXFP4 FC1
-  // with a staged x row (DeepSeek-V3 MXFP4 M = 1: 0 -> 32 bytes, +1 us). The other MXFP4 kernels keep
-  // their registers and gain (gpt-oss-120b M = 1-32: -2 to -6 %), and so does NVFP4's split FC2 behind
-  // the route kernel, whose spills stay outside the loop (DeepSeek-V3 M = 16-64 -4 to -5 %, Qwen3
-  // M = 32/64 -2 %).
-  constexpr bool kSteadyLoop = (!kNvfp4 && !kStageX) || (kNvfp4 && kMats == 1 && !kInlineRouted);
+  // per matrix, and in the inline-routed NVFP4 kernels (decode at M <= 8-16, 64- and 80-register caps)
+  // the steady loop's freer schedule spills inside the loop (Qwen3 FC1 12 -> 120 bytes) and measures
+  // slower; so does MXFP4 FC1 with a staged x row (DeepSeek-V3 MXFP4 M = 1: 0 -> 32 bytes, +1 us). The
+  // other MXFP4 kernels keep their registers and gain (gpt-oss-120b M = 1-32: -2 to -6 %), and so do
+  // NVFP4's FC1 and split FC2 behind the route kernel, whose spills stay outside the loop (DeepSeek-V3
+  // M = 32/64 -7 to -8 % for both, Qwen3 M = 32/64 -2 to -3 %).
+  constexpr bool kSteadyLoop = !kStageX && !(kNvfp4 && kInlineRouted);
   // One chunk: the loads kDepth chunks ahead, then this chunk's MMAs from ring slot j.
   auto step = [&](int j, auto checked) {
     issue((j + kDepth) % kRing, checked);
