@@ -280,7 +280,7 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   // slower; so does MXFP4 FC1 with a staged x row (DeepSeek-V3 MXFP4 M = 1: 0 -> 32 bytes, +1 us). The
   // other MXFP4 kernels keep their registers and gain (gpt-oss-120b M = 1-32: -2 to -6 %), and so do
   // NVFP4's FC1 and split FC2 behind the route kernel, whose spills stay outside the loop (DeepSeek-V3
-  // M = 32/64 -7 to -8 % for both, Qwen3 M = 32/64 -2 to -3 %).
+  // M = 16/32/64 -5/-8/-6.5 % for both, Qwen3 M = 32/64 -2 to -3 %).
   constexpr bool kSteadyLoop = !kStageX && !(kNvfp4 && kInlineRouted);
   // One chunk: the loads kDepth chunks ahead, then this chunk's MMAs from ring slot j.
   auto step = [&](int j, auto checked) {
