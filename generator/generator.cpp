@@ -147,6 +147,11 @@ GeneratedSource generate_source(const KernelKey& raw) {
   }
   if (key.l2_ahead > 0) header += fmt::format("#define MOEJIT_L2_AHEAD_CHUNKS {}\n", key.l2_ahead);
   if (key.x_staged) header += "#define MOEJIT_X_STAGED 1\n";
+  // The chunk loop's shape depends on the registers the launch bounds leave (templates/slab_mma.cuh).
+  if (key.kind == KernelKind::decode_fc1 || key.kind == KernelKind::decode_fc1_loop ||
+      key.kind == KernelKind::decode_fused || key.kind == KernelKind::decode_fc2 ||
+      key.kind == KernelKind::decode_fc2_sum)
+    header += fmt::format("#define MOEJIT_REGISTER_CAP {}\n", std::min(255, 65536 / (threads * min_blocks)));
 #ifdef MOEJIT_TRACE_BUILD
   header += "#define MOEJIT_TRACE 1\n";  // a -DMOEJIT_TRACE=ON build (templates/trace.cuh)
 #endif

@@ -467,6 +467,13 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   // 64 (8 per SM) spill 40 bytes: gpt-oss M = 4, two runs each, 69.2, 69.4 -> 67.3, 66.8 us; M = 6/8
   // 99.6/127.4 -> 97.1/125.4. In 8 columns 7 CTAs lose (M = 16 232.1 -> 236.5), so they keep 8.
   if (fc1.kind == KernelKind::decode_fc1_loop && fc1.columns == 4 && fc1.min_blocks == 8) fc1.min_blocks = 7;
+  // NVFP4's two-matrix loop in 8 columns at 96 registers (5 CTAs per SM) runs the steady-state chunk
+  // loop without spilling (templates/slab_mma.cuh; at 85 it spills inside the loop): Qwen3 M = 9/12/16,
+  // two runs, 60.4/68.9/81.7, 59.7/68.7/82.0 -> 56.1/66.4/78.7, 56.3/66.5/78.9 us (5 per SM with the
+  // checked loop: M = 12/16 69.8/83.2).
+  if (fc1.kind == KernelKind::decode_fc1_loop && fc1.format == ScaleFormat::nvfp4 &&
+      fc1.activation != Activation::relu2 && fc1.columns == 8 && fc1.ntiles == 1 && fc1.min_blocks == 6)
+    fc1.min_blocks = 5;
   if (fc1.inline_route == 1 && tokens <= 8 && plan.launch != DecodeLaunch::cooperative &&
       decode_pipe_from_env(false)) {
     KernelKey pipe = fc1;

@@ -26,6 +26,12 @@ inline constexpr bool kXStaged = MOEJIT_X_STAGED != 0;
 #define MOEJIT_INLINE_ROUTED 0
 #endif
 inline constexpr bool kInlineRouted = MOEJIT_INLINE_ROUTED != 0;
+// Registers per thread that the kernel's launch bounds leave ptxas (65536 / (threads x CTAs per SM),
+// passed by the generator; 255 when unknown).
+#ifndef MOEJIT_REGISTER_CAP
+#define MOEJIT_REGISTER_CAP 255
+#endif
+inline constexpr int kRegisterCap = MOEJIT_REGISTER_CAP;
 // Zero pieces (8 bytes each) at the front of each warp's staged x area, read by lanes without a pair.
 inline constexpr int kStageZeros = 32;
 
@@ -275,13 +281,15 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   if (kPrefetchX) issue_x(0, BoolTag<true>{});
 
   // Where the steady loop pays (docs/PERFORMANCE.md, v16 and v17): NVFP4 chunks hold four scale blocks
-  // per matrix, and in the inline-routed NVFP4 kernels (decode at M <= 8-16, 64- and 80-register caps)
-  // the steady loop's freer schedule spills inside the loop (Qwen3 FC1 12 -> 120 bytes) and measures
+  // per matrix, and in the inline-routed NVFP4 kernels (decode up to 16 tokens) at 64-85 registers the
+  // steady loop's freer schedule spills inside the loop (Qwen3 FC1 12 -> 120 bytes) and measures
   // slower; so does MXFP4 FC1 with a staged x row (DeepSeek-V3 MXFP4 M = 1: 0 -> 32 bytes, +1 us). The
   // other MXFP4 kernels keep their registers and gain (gpt-oss-120b M = 1-32: -2 to -6 %), and so do
   // NVFP4's FC1 and split FC2 behind the route kernel, whose spills stay outside the loop (DeepSeek-V3
-  // M = 16/32/64 -5/-8/-6.5 % for both, Qwen3 M = 32/64 -2 to -3 %).
-  constexpr bool kSteadyLoop = !kStageX && !(kNvfp4 && kInlineRouted);
+  // M = 16/32/64 -5/-8/-6.5 % for both, Qwen3 M = 32/64 -2 to -3 %), and the inline NVFP4 FC1 in 8
+  // columns given 96 registers (Qwen3 M = 12/16 at 5 CTAs per SM: -3 %, no spill).
+  constexpr bool kSteadyLoop =
+      !kStageX && (!(kNvfp4 && kInlineRouted) || (kMats == 2 && kCols == 8 && kRegisterCap >= 96));
   // One chunk: the loads kDepth chunks ahead, then this chunk's MMAs from ring slot j.
   auto step = [&](int j, auto checked) {
     issue((j + kDepth) % kRing, checked);

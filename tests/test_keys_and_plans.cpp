@@ -359,9 +359,21 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   }
   CHECK(make_plan(qw, Arch::sm_90a, 8, 132).kernels[0].columns == 4);
   CHECK(make_plan(qw, Arch::sm_90a, 9, 132).kernels[0].columns == 8);
+  // ... and its 8-column loop gets 96 registers (5 CTAs per SM), where its chunk loop runs without
+  // bound checks (the generated source passes the register cap to the template); the 4-column loop at
+  // M = 8 and the one-matrix loop (Nemotron) keep 6.
+  for (int m : {9, 12, 16}) {
+    const KernelKey q_loop = make_plan(qw, Arch::sm_90a, m, 132).kernels[0];
+    INFO(q_loop.str());
+    CHECK(q_loop.kind == KernelKind::decode_fc1_loop);
+    CHECK(q_loop.min_blocks == 5);
+    CHECK(generate_source(q_loop).source.find("#define MOEJIT_REGISTER_CAP 102\n") != std::string::npos);
+  }
+  CHECK(make_plan(qw, Arch::sm_90a, 8, 132).kernels[0].min_blocks == 6);
   CHECK(make_plan(ds, Arch::sm_90a, 8, 132).kernels[0].columns == 4);  // streaming FC1
   const LayerSpec nemotron = load_model_config("nemotron-3-nano-30b-a3b").local();  // relu2: one matrix
   CHECK(make_plan(nemotron, Arch::sm_90a, 6, 132).kernels[0].columns == 8);
+  CHECK(make_plan(nemotron, Arch::sm_90a, 6, 132).kernels[0].min_blocks == 8);
   // Qwen3's FC2-sum has one 16-warp CTA per slab and SM (128 slabs): up to 4 tokens capped at 64
   // registers so that it fits beside FC1's last CTA (depth 1), above that the whole register file; 4
   // columns up to 8 tokens.
