@@ -467,6 +467,13 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   // 64 (8 per SM) spill 40 bytes: gpt-oss M = 4, two runs each, 69.2, 69.4 -> 67.3, 66.8 us; M = 6/8
   // 99.6/127.4 -> 97.1/125.4. In 8 columns 7 CTAs lose (M = 16 232.1 -> 236.5), so they keep 8.
   if (fc1.kind == KernelKind::decode_fc1_loop && fc1.columns == 4 && fc1.min_blocks == 8) fc1.min_blocks = 7;
+  // MXFP4's steady-state loop (v16) made 80 registers pay in 8 columns too: 6 CTAs per SM, where the
+  // activation ring fits (gpt-oss M = 12/16, two runs, 8 per SM 160.7/230.5, 161.1/229.9; 7 per SM
+  // 157.9/230.4, 157.8/231.3; 6 per SM 154.7/226.2, 154.6/225.9 us; another session's A/B, M = 9/12/16:
+  // gpt-oss-120b 128.9/153.2/223.2 -> 128.0/151.7/222.1, gpt-oss-20b 100.4/111.2/123.9 -> 97.0/107.2/119.0).
+  if (fc1.kind == KernelKind::decode_fc1_loop && fc1.format == ScaleFormat::mxfp4 && fc1.columns == 8 &&
+      fc1.activation != Activation::relu2 && fc1.ntiles == 1 && fc1.min_blocks == 8)
+    fc1.min_blocks = 6;
   // NVFP4's two-matrix loop in 8 columns at 96 registers (5 CTAs per SM) runs the steady-state chunk
   // loop without spilling (templates/slab_mma.cuh; at 85 it spills inside the loop): Qwen3 M = 9/12/16,
   // two runs, 60.4/68.9/81.7, 59.7/68.7/82.0 -> 56.1/66.4/78.7, 56.3/66.5/78.9 us (5 per SM with the

@@ -127,7 +127,8 @@ TEST_CASE("decode family at real model geometries", "[gpu][models]") {
   qwen3.experts = 128;
   qwen3.hidden = 2048;
   qwen3.intermediate = 768;
-  for (const Case& c : {Case{"gpt-oss-120b", gptoss, {1, 7, 64}}, Case{"deepseek-v3", deepseek, {1, 9}},  // M = 9: 72 pairs inline (i2)
+  // gpt-oss M = 12: the 8-column FC1 loop; DeepSeek M = 9: 72 pairs inline (i2)
+  for (const Case& c : {Case{"gpt-oss-120b", gptoss, {1, 7, 12, 64}}, Case{"deepseek-v3", deepseek, {1, 9}},
                         Case{"qwen3-30b-a3b", qwen3, {1, 12, 48}}}) {
     HostLayer host = make_random_code_layer(c.spec, 77);
     auto layer = runtime().prepare(host);

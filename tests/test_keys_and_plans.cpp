@@ -321,7 +321,8 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK(g1.kernels[1].parts == 4);
   CHECK(g1.launch == DecodeLaunch::pdl);
   // gpt-oss M=4: ~15 experts x 180 slabs = 2700 FC1 CTAs of 12-chunk warps: one wave of 7 CTAs per
-  // SM (4 columns, 72 registers) walks the items; at M=8 (8 columns) 8 CTAs per SM. DeepSeek M=4 (28
+  // SM (4 columns, 72 registers) walks the items; at M=16 (8 columns) 6 CTAs per SM (80 registers,
+  // the activation ring). DeepSeek M=4 (28
   // chunks per warp) streams its weights through shared memory (3 stages of 16 chunks, 3 CTAs per
   // SM); its M=1 grid is one wave and stays a grid. M <= 4 puts pairs in even MMA columns only, except
   // in NVFP4's register-fed FC1 with long warps.
@@ -337,7 +338,8 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   const Plan g16 = make_plan(s, Arch::sm_90a, 16, 132);
   CHECK(g16.kernels[0].kind == KernelKind::decode_fc1_loop);
   CHECK(g16.kernels[0].columns == 8);
-  CHECK(g16.kernels[0].min_blocks == 8);
+  CHECK(g16.kernels[0].min_blocks == 6);
+  CHECK(decode_activation_ring(g16.kernels[0]));
   const Plan d4 = make_plan(ds, Arch::sm_90a, 4, 132);
   CHECK(d4.kernels[0].kind == KernelKind::decode_fc1_stream);
   CHECK(d4.kernels[0].str().find(":w4n1d3o3p4c4:") != std::string::npos);
