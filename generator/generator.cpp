@@ -123,13 +123,16 @@ int decode_ctas_per_sm(const KernelKey& key) {
   return ctas;
 }
 
+int decode_register_cap(const KernelKey& key) {
+  return std::min(255, 65536 / (decode_ctas_per_sm(key) * kernel_threads(key)));
+}
+
 bool decode_activation_ring(const KernelKey& raw) {
   // The ring costs ~16 registers per thread: FC1 (two matrices in flight) takes it only when the
   // register cap leaves 80; FC2 always. Wider token tiles load activations step by step.
   const KernelKey key = raw.normalized();
-  const int register_cap = 65536 / (decode_ctas_per_sm(key) * kernel_threads(key));
-  return key.ntiles == 1 &&
-         (key.kind == KernelKind::decode_fc2 || key.kind == KernelKind::decode_fc2_sum || register_cap >= 80);
+  return key.ntiles == 1 && (key.kind == KernelKind::decode_fc2 || key.kind == KernelKind::decode_fc2_sum ||
+                             decode_register_cap(key) >= 80);
 }
 
 GeneratedSource generate_source(const KernelKey& raw) {
@@ -151,7 +154,7 @@ GeneratedSource generate_source(const KernelKey& raw) {
   if (key.kind == KernelKind::decode_fc1 || key.kind == KernelKind::decode_fc1_loop ||
       key.kind == KernelKind::decode_fused || key.kind == KernelKind::decode_fc2 ||
       key.kind == KernelKind::decode_fc2_sum)
-    header += fmt::format("#define MOEJIT_REGISTER_CAP {}\n", std::min(255, 65536 / (threads * min_blocks)));
+    header += fmt::format("#define MOEJIT_REGISTER_CAP {}\n", decode_register_cap(key));
 #ifdef MOEJIT_TRACE_BUILD
   header += "#define MOEJIT_TRACE 1\n";  // a -DMOEJIT_TRACE=ON build (templates/trace.cuh)
 #endif

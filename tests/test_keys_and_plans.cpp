@@ -363,12 +363,13 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK(make_plan(qw, Arch::sm_90a, 9, 132).kernels[0].columns == 8);
   // ... and its 8-column loop gets 96 registers (5 CTAs per SM), where its chunk loop runs without
   // bound checks (the generated source passes the register cap to the template); the 4-column loop at
-  // M = 8 and the one-matrix loop (Nemotron) keep 6.
+  // M = 8 keeps 6, the one-matrix loop (Nemotron) 8.
   for (int m : {9, 12, 16}) {
     const KernelKey q_loop = make_plan(qw, Arch::sm_90a, m, 132).kernels[0];
     INFO(q_loop.str());
     CHECK(q_loop.kind == KernelKind::decode_fc1_loop);
     CHECK(q_loop.min_blocks == 5);
+    CHECK(decode_register_cap(q_loop) == 102);
     CHECK(generate_source(q_loop).source.find("#define MOEJIT_REGISTER_CAP 102\n") != std::string::npos);
   }
   CHECK(make_plan(qw, Arch::sm_90a, 8, 132).kernels[0].min_blocks == 6);

@@ -25,6 +25,10 @@ GeneratedSource generate_source(const KernelKey& key);
 int decode_ctas_per_sm(const KernelKey& key);
 // Threads per CTA of a key's kernel (decode_fc1_stream: its warps plus the producer warp). Pure.
 int kernel_threads(const KernelKey& key);
+// Registers per thread a decode kernel's launch bounds leave ptxas: 65536 / (threads x
+// decode_ctas_per_sm), at most 255 (ptxas then rounds down to its allocation step). The generated
+// source passes it to the templates (MOEJIT_REGISTER_CAP), whose chunk loop depends on it. Pure.
+int decode_register_cap(const KernelKey& key);
 // Dynamic shared memory, in bytes, a key's kernel is launched with: decode_fc1_stream's ring of depth
 // stages, each warps x parts chunks of weights and scales, after its barriers
 // (templates/slab_stream.cuh); decode_pipe's ring only (the rest depends on the forward:
