@@ -23,7 +23,8 @@ GeneratedSource generate_source(const KernelKey& key);
 // CTAs per SM a decode kernel's register cap is built for (__launch_bounds__' second argument): the
 // key's min_blocks, else at least 512 resident threads per SM (1 for wide token tiles).
 int decode_ctas_per_sm(const KernelKey& key);
-// Threads per CTA of a key's kernel (decode_fc1_stream: its warps plus the producer warp). Pure.
+// Threads per CTA of a key's kernel (decode_fc1_stream: its warps plus the producer warp; decode_pipe:
+// its FC1 consumer warps, the producer warp and its `groups` FC2 warps). Pure.
 int kernel_threads(const KernelKey& key);
 // Registers per thread a decode kernel's launch bounds leave ptxas: 65536 / (threads x
 // decode_ctas_per_sm), at most 255 (ptxas then rounds down to its allocation step). The generated
