@@ -157,7 +157,13 @@ void choose_fc2_sum_tile(KernelKey& k, const LayerSpec& spec, int tokens, double
   // last CTA ~1 us, so one token (4 experts) keeps whole slabs. gpt-oss, same run, µs, M = 1/2/4/8,
   // g1 : g2 (w8d1o3): 24.8/37.2/66.8/138.8 : 25.2/35.9/65.0/131.1; DeepSeek-V3 (448 slabs, 1.18) M = 1/2/4
   // 58.3/115.1/221.6 : 59.1/114.5/219.0 and Qwen3 (128 slabs) lose or gain nothing, so they keep g1.
-  if (fc2_sum_imbalance(spec, sm_count) > 1.25 && slots >= 6 && k.warps % 2 == 0 && (k.warps / 2) % k.parts == 0) {
+  // Where every expert the pairs can reach, split in K parts, fills the CTA's warps exactly once (gpt-oss
+  // at 2 tokens: at most 8 experts x 2 parts on 16 warps), the whole slab stays in one CTA, without the
+  // hand-over (v18, three rounds, µs, M = 2/3/4, g2 : g1 w16d1o2p2 : g1 w16d1o2p1: gpt-oss-120b
+  // 34.9/52.8/61.8 : 34.4/54.3/64.3 : 37.1/53.8/64.4, gpt-oss-20b M = 2/3/4 35.0/45.4/62.5 : 34.4/39.4/64.8).
+  const bool slab_fills_warps = std::min(tokens * spec.top_k, spec.experts) * k.parts == k.warps && k.parts >= 2;
+  if (fc2_sum_imbalance(spec, sm_count) > 1.25 && slots >= 6 && !slab_fills_warps && k.warps % 2 == 0 &&
+      (k.warps / 2) % k.parts == 0) {
     k.groups = 2;
     k.warps /= 2;
     k.min_blocks = (2 * ctas + sm_count - 1) / sm_count;

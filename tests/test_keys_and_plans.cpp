@@ -486,12 +486,19 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[1].l2_ahead == 0);
   ::setenv("MOEJIT_DECODE_TILE_FC2", "w16d1", 1);
   CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[1].l2_ahead == 2);
-  // FC2-sum over gpt-oss's uneven grid (180 slabs on 132 SMs): from M = 2, 2 CTAs of 8 warps per slab
-  // (3 per SM); one token, and DeepSeek-V3's 448 slabs, keep whole slabs.
+  // FC2-sum over gpt-oss's uneven grid (180 slabs on 132 SMs): from M = 3, 2 CTAs of 8 warps per slab
+  // (3 per SM); one token, two tokens (8 experts x 2 parts fill 16 warps exactly), and DeepSeek-V3's 448
+  // slabs keep whole slabs.
   ::unsetenv("MOEJIT_DECODE_TILE_FC2");
   CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[1].groups == 1);
+  const KernelKey two = make_plan(s, Arch::sm_90a, 2, 132).kernels.back();
+  CHECK(two.kind == KernelKind::decode_fc2_sum);
+  CHECK(two.groups == 1);
+  CHECK(two.warps == 16);
+  CHECK(two.parts == 2);
+  CHECK(two.min_blocks == 2);
   int grouped_plans = 0;
-  for (int m : {2, 4, 8}) {
+  for (int m : {3, 4, 8}) {
     const KernelKey fc2 = make_plan(s, Arch::sm_90a, m, 132).kernels.back();
     CHECK(fc2.kind == KernelKind::decode_fc2_sum);
     CHECK(fc2.groups == 2);
