@@ -128,11 +128,12 @@ int decode_register_cap(const KernelKey& key) {
 }
 
 bool decode_activation_ring(const KernelKey& raw) {
-  // The ring costs ~16 registers per thread: FC1 (two matrices in flight) takes it only when the
-  // register cap leaves 80; FC2 always. Wider token tiles load activations step by step.
+  // The ring costs ~16 registers per thread: FC1 and FC2-sum over two slabs (two matrices in flight)
+  // take it only when the register cap leaves 80; FC2 over one slab always. Wider token tiles load
+  // activations step by step.
   const KernelKey key = raw.normalized();
-  return key.ntiles == 1 && (key.kind == KernelKind::decode_fc2 || key.kind == KernelKind::decode_fc2_sum ||
-                             decode_register_cap(key) >= 80);
+  const bool one_matrix = key.kind == KernelKind::decode_fc2 || (key.kind == KernelKind::decode_fc2_sum && key.slabs == 1);
+  return key.ntiles == 1 && (one_matrix || decode_register_cap(key) >= 80);
 }
 
 GeneratedSource generate_source(const KernelKey& raw) {
@@ -243,11 +244,11 @@ GeneratedSource generate_source(const KernelKey& raw) {
       out.source = header + fmt::format(
           "#include \"{13}.cuh\"\n"
           "extern \"C\" __global__ void __launch_bounds__({0}, {11}) {1}(const DecodeFc2Params p) {{\n"
-          "  {13}<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {14}, {9}, {10}, {12}>(p);\n}}\n",
+          "  {13}<{2}, {3}, {4}, {5}, {6}, {7}, {8}, {14}, {9}, {10}, {12}{15}>(p);\n}}\n",
           threads, out.entry, cpp_bool(key.format == ScaleFormat::nvfp4), cpp_bool(key.bias), key.experts,
           key.hidden, key.intermediate, key.warps, key.ntiles, key.depth,
           sum ? fmt::format("{}, {}", key.parts, key.groups) : std::string(cpp_bool(key.inline_route != 0)), min_blocks,
-          cpp_bool(prefetch_x), function, key.columns);
+          cpp_bool(prefetch_x), function, key.columns, sum && key.slabs != 1 ? fmt::format(", {}", key.slabs) : "");
       break;
     }
   }

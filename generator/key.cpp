@@ -38,6 +38,7 @@ KernelKind parse_kernel_kind(std::string_view s) {
 
 std::string KernelKey::str() const {
   const std::string p = (parts != 1 ? fmt::format("p{}", parts) : "") + (groups != 1 ? fmt::format("g{}", groups) : "") +
+                        (slabs != 1 ? fmt::format("s{}", slabs) : "") +
                         (columns != 8 ? fmt::format("c{}", columns) : "") +
                         (l2_ahead != 0 ? fmt::format("f{}", l2_ahead) : "") + (x_staged ? "x" : "");
   return fmt::format("{}:{}:{}:{}:{}:E{}:H{}:I{}:w{}n{}d{}o{}{}:b{}:l{}:i{}", to_string(kind), to_string(arch),
@@ -104,6 +105,11 @@ KernelKey KernelKey::parse(std::string_view s) {
     k.columns = parse_int_field(tile.substr(cpos + 1), "columns", s);
     tile = tile.substr(0, cpos);
   }
+  const auto spos = tile.find('s');
+  if (spos != std::string_view::npos) {
+    k.slabs = parse_int_field(tile.substr(spos + 1), "slabs", s);
+    tile = tile.substr(0, spos);
+  }
   const auto gpos = tile.find('g');
   if (gpos != std::string_view::npos) {
     k.groups = parse_int_field(tile.substr(gpos + 1), "groups", s);
@@ -113,7 +119,7 @@ KernelKey KernelKey::parse(std::string_view s) {
   if (tile.empty() || tile[0] != 'w' || npos == std::string_view::npos || dpos == std::string_view::npos ||
       opos == std::string_view::npos || !(npos < dpos && dpos < opos) ||
       (ppos != std::string_view::npos && ppos < opos))
-    throw Error(fmt::format("kernel key '{}': tile field '{}' must look like w4n1d2o0 (or w8n1d8o2p2, w8n1d1o3p2g2, w4n1d1o8c4, w8n1d1o4c4f2, w4n1d1o8c4x)",
+    throw Error(fmt::format("kernel key '{}': tile field '{}' must look like w4n1d2o0 (or w8n1d8o2p2, w8n1d1o3p2g2, w16n1d1o1p4s2, w4n1d1o8c4, w8n1d1o4c4f2, w4n1d1o8c4x)",
                             s, p[8]));
   k.warps = parse_int_field(tile.substr(1, npos - 1), "warps", s);
   k.ntiles = parse_int_field(tile.substr(npos + 1, dpos - npos - 1), "ntiles", s);
@@ -193,6 +199,19 @@ KernelKey KernelKey::normalized() const {
   if (k.kind != KernelKind::decode_pipe && (k.groups < 1 || k.groups > 8))
     throw Error(fmt::format("kernel key {}: groups must be in [1, 8]", str()));
   if (k.kind != KernelKind::decode_fc2_sum && k.kind != KernelKind::decode_pipe) k.groups = 1;
+  if (k.slabs != 1 && k.slabs != 2) throw Error(fmt::format("kernel key {}: slabs must be 1 or 2", str()));
+  if (k.kind != KernelKind::decode_fc2_sum) k.slabs = 1;
+  if (k.slabs > 1) {
+    if (k.groups != 1)
+      throw Error(fmt::format("kernel key {}: FC2-sum over 2 slabs per CTA keeps each slab in one CTA (groups 1)", str()));
+    if (k.hidden % (16 * k.slabs))
+      throw Error(fmt::format("kernel key {}: hidden must be a multiple of {} rows for {} slabs per CTA", str(),
+                              16 * k.slabs, k.slabs));
+    // The raw sums per (pair, part) take 64 B per slab in static shared memory.
+    if (k.parts * k.slabs > (k.inline_route == 2 ? 4 : 8))
+      throw Error(fmt::format("kernel key {}: parts x slabs must be at most {} (shared memory of the raw sums)", str(),
+                            k.inline_route == 2 ? 4 : 8));
+  }
   // A slot's K parts must stay in one CTA: its units then form whole blocks of `warps`.
   if (k.groups > 1 && k.warps % k.parts != 0)
     throw Error(fmt::format("kernel key {}: with groups > 1 the warps must be a multiple of the parts", str()));

@@ -162,14 +162,29 @@ void choose_fc2_sum_tile(KernelKey& k, const LayerSpec& spec, int tokens, double
   // hand-over (v18, three rounds, µs, M = 2/3/4, g2 : g1 w16d1o2p2 : g1 w16d1o2p1: gpt-oss-120b
   // 34.9/52.8/61.8 : 34.4/54.3/64.3 : 37.1/53.8/64.4, gpt-oss-20b M = 2/3/4 35.0/45.4/62.5 : 34.4/39.4/64.8).
   const bool slab_fills_warps = std::min(tokens * spec.top_k, spec.experts) * k.parts == k.warps && k.parts >= 2;
-  if (fc2_sum_imbalance(spec, sm_count) > 1.25 && slots >= 6 && !slab_fills_warps && k.warps % 2 == 0 &&
-      (k.warps / 2) % k.parts == 0) {
+  const bool uneven = fc2_sum_imbalance(spec, sm_count) > 1.25 && slots >= 6;
+  if (uneven && !slab_fills_warps && k.warps % 2 == 0 && (k.warps / 2) % k.parts == 0) {
     k.groups = 2;
     k.warps /= 2;
     k.min_blocks = (2 * ctas + sm_count - 1) / sm_count;
   }
+  // There, with whole slabs, two adjacent slabs per CTA (slabs 2): H/32 CTAs, at most one per SM, each
+  // warp carrying both slabs of its unit through every chunk (two weight runs in flight for one set of
+  // activation pieces), at the whole register file's 128 registers. The CTA starts only once its SM's
+  // FC1 CTAs have all ended (~1 us later than beside FC1's last CTA) and the grid leaves 42 of 132 SMs
+  // idle, but its warps move their bytes ~1.8x as fast (v20 timeline at M = 2: 0.43 us per two-slab chunk
+  // against 0.38 per one-slab chunk; from the median first chunk to the last CTA's work done 11.0 against
+  // 11.6 us). Three rounds each, µs, planned w16d1o2p2 : w16d2o1p2s2:
+  // gpt-oss-120b M = 2 34.6 : 34.3 and 34.6 : 34.4 (7 experts), 37.4 : 36.9 (8 experts, seed 2);
+  // gpt-oss-20b M = 2 34.7 : 34.0. One token (4 experts; w16d2o1p4s2 23.2 : 23.4) keeps one slab.
+  if (uneven && slab_fills_warps && spec.hidden % 32 == 0 && spec.hidden / 32 <= sm_count) {
+    k.slabs = 2;
+    k.min_blocks = 1;
+  }
   const int register_cap = std::min(255, 65536 / (k.min_blocks * k.warps * 32));
-  const int per_chunk = 12;
+  // Registers per ring slot in ptxas output: ~12 for one slab; two slabs take 106/122/125 registers at
+  // depth 1/2/3 (w16d1o1p2s2: 35.6 µs at gpt-oss M = 2 against d2's 34.4).
+  const int per_chunk = k.slabs == 2 ? 20 : 12;
   const int chunks_per_part = ((spec.intermediate + 63) / 64 + k.parts - 1) / k.parts;
   k.depth = std::clamp((register_cap - 64) / per_chunk - 1, 1, std::clamp(chunks_per_part - 1, 1, 8));
   if (k.ntiles > 1) k.depth = std::min(k.depth, 2);
@@ -193,7 +208,7 @@ bool variant_from_env(const char* name, std::string_view on, std::string_view of
   throw Error(fmt::format("{}='{}' must be {} or {}", name, env, off, on));
 }
 
-// MOEJIT_DECODE_TILE="w<warps>[n<token tiles>]d<depth>[o<CTAs per SM>][p<parts>][g<groups>][c<columns>][f<L2 prefetch>][x<0|1>]" overrides
+// MOEJIT_DECODE_TILE="w<warps>[n<token tiles>]d<depth>[o<CTAs per SM>][p<parts>][g<groups>][s<slabs>][c<columns>][f<L2 prefetch>][x<0|1>]" overrides
 // the decode tile of FC1 and FC2 (decode_fc1_stream: d = stages, p = chunks per warp and stage),
 // MOEJIT_DECODE_TILE_FC1 / _FC2 one kernel only (they win over the shared one), for tuning sweeps with
 // `moejit bench` (keys stay canonical, so the cache and prewarm see exactly what runs).
@@ -205,10 +220,10 @@ void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
     env = std::getenv(name);
   }
   if (!env || !*env) return;
-  // Letter-number fields in the order w, n, d, o, p, g, c, f, x; w and d required.
-  const std::string_view text(env), order("wndopgcfx");
-  int value[9] = {0, 1, 0, 0, 1, 1, 8, 0, 0};
-  bool seen[9] = {false, false, false, false, false, false, false, false, false};
+  // Letter-number fields in the order w, n, d, o, p, g, s, c, f, x; w and d required.
+  const std::string_view text(env), order("wndopgscfx");
+  int value[10] = {0, 1, 0, 0, 1, 1, 1, 8, 0, 0};
+  bool seen[10] = {false, false, false, false, false, false, false, false, false, false};
   size_t at = 0, last = 0;
   bool ok = true;
   while (ok && at < text.size()) {
@@ -224,13 +239,13 @@ void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
   }
   ok = ok && seen[0] && seen[2] && value[0] >= 1 && value[0] <= 32 && (value[1] == 1 || value[1] == 2 ||
        value[1] == 4 || value[1] == 8) && value[2] >= 1 && value[2] <= 8 && value[3] >= 0 && value[3] <= 32 &&
-       value[4] >= 1 && value[4] <= 8 && value[5] >= 1 && value[5] <= 16 && (value[6] == 8 || value[6] == 4) &&
-       value[7] >= 0 && value[7] <= 16 && (value[8] == 0 || value[8] == 1);
+       value[4] >= 1 && value[4] <= 8 && value[5] >= 1 && value[5] <= 16 && (value[6] == 1 || value[6] == 2) &&
+       (value[7] == 8 || value[7] == 4) && value[8] >= 0 && value[8] <= 16 && (value[9] == 0 || value[9] == 1);
   if (!ok)
-    throw Error(fmt::format("{}='{}' must look like w4d2, w4d2o6, w4n1d1o6, w8d4o2p2, w8d1o3p2g2, w4d4p4, w4d1o8c4, "
-                            "w8d1o4c4f2 or w4d1o8c4x1 (warps 1..32, token tiles 1, 2, 4 or 8, depth 1..8, CTAs per SM "
-                            "0..32, parts 1..8, CTAs per slab 1..8 (decode_pipe: FC2 warps 1..16), columns 8 or 4, L2 prefetch 0..16 chunks, staged x 0 "
-                            "or 1)",
+    throw Error(fmt::format("{}='{}' must look like w4d2, w4d2o6, w4n1d1o6, w8d4o2p2, w8d1o3p2g2, w4d4p4, w16d1o1p4s2, "
+                            "w4d1o8c4, w8d1o4c4f2 or w4d1o8c4x1 (warps 1..32, token tiles 1, 2, 4 or 8, depth 1..8, CTAs per "
+                            "SM 0..32, parts 1..8, CTAs per slab 1..8 (decode_pipe: FC2 warps 1..16), slabs per CTA 1 or 2, "
+                            "columns 8 or 4, L2 prefetch 0..16 chunks, staged x 0 or 1)",
                             name, env));
   k.warps = value[0];
   if (seen[1]) k.ntiles = value[1];
@@ -238,9 +253,10 @@ void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
   k.min_blocks = value[3];
   if (seen[4]) k.parts = value[4];
   if (seen[5]) k.groups = value[5];
-  if (seen[6]) k.columns = value[6];
-  if (seen[7]) k.l2_ahead = value[7];
-  if (seen[8]) k.x_staged = value[8] == 1;
+  if (seen[6]) k.slabs = value[6];
+  if (seen[7]) k.columns = value[7];
+  if (seen[8]) k.l2_ahead = value[8];
+  if (seen[9]) k.x_staged = value[9] == 1;
 }
 
 // The inline routing level (KernelKey::inline_route) for `pairs` (token, slot) pairs: 1 up to 64 pairs;

@@ -13,18 +13,28 @@
 // each token's pairs in slot order, its own from shared memory (the same values). The hand-over costs
 // the last CTA about one L2 round trip: its arrival overlaps its epilogue, the others publish their
 // rows with a release. Still fixed-order sums: bit-identical from run to run.
+//
+// kSlabsPerCta = 2 gives each CTA two adjacent slabs (grid H/32): every warp carries both slabs of its
+// unit's expert through each chunk, two weight runs in flight per lane against one set of activation
+// pieces, so a unit's chain of chunks (each a load round trip at one or two tokens) is half as long for
+// the bytes it moves. The grid then has half as many CTAs.
 #pragma once
 #include "expert_work.cuh"
 #include "moe_decode_fc2.cuh"
 #include "slab_mma.cuh"
 
-template <bool kNvfp4, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kCols, int kDepth, int kParts, int kGroups, bool kPrefetchX>
+template <bool kNvfp4, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kCols, int kDepth, int kParts, int kGroups, bool kPrefetchX,
+          int kSlabsPerCta = 1>
 __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
   constexpr int kChunks = (kI + 63) / 64;
   constexpr int kSlabs = kH / 16;
-  __shared__ float red[kInlineMaxPairs * kParts * 16];  // raw sums [pair q][part][row of the slab]
+  constexpr int kRows = 16 * kSlabsPerCta;  // output rows per CTA
+  constexpr int kRowsLog2 = kSlabsPerCta == 2 ? 5 : 4;
+  __shared__ float red[kInlineMaxPairs * kParts * kRows];  // raw sums [pair q][part][row of the CTA]
   __shared__ InlineRouteList route;
   static_assert(kGroups == 1 || kWarps % kParts == 0, "a slot's parts must stay in one CTA");
+  static_assert(kSlabsPerCta == 1 || (kSlabsPerCta == 2 && kGroups == 1 && kH % 32 == 0), "2 whole slabs per CTA");
+  // `slab`: the CTA's block of kRows rows (a 16-row slab unless kSlabsPerCta = 2).
   const int slab = blockIdx.x, group = kGroups > 1 ? static_cast<int>(blockIdx.y) : 0;
   MOEJIT_TRACE_CTA(0);
   MOEJIT_TRACE_CTA_KIND(2);
@@ -42,14 +52,15 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
     const int slot = u / kParts, part = u % kParts;
     const int e = route.expert[slot];
     const int first = route.offset[slot], count = route.offset[slot + 1] - first;
-    const SlabOperands ops = slab_operands<kNvfp4, kChunks, 1, kSlabs>(p.w, p.s, p.gscale, e, slab);
+    const SlabOperands ops = slab_operands<kNvfp4, kChunks, 1, kSlabs>(p.w, p.s, p.gscale, e, slab * kSlabsPerCta);
     for (int pass = 0; pass < count; pass += kCols * kNT) {
       const u16* rows[kNT];
       const int live =
           pass_rows<kNT, kCols>(pass, count, [&](int t) { return p.act + (size_t)route.pair[first + t] * kI; }, rows);
-      float acc[kNT][1][4];
+      float acc[kNT][kSlabsPerCta][4];
       // The warp's first unit waits for FC1 after issuing its first weight loads.
-      slab_mma<kNvfp4, kI, 1, kParts, kNT, kCols, kDepth, false, kPrefetchX>(ops.w, ops.s, rows, live, acc, !waited, part);
+      slab_mma<kNvfp4, kI, kSlabsPerCta, kParts, kNT, kCols, kDepth, false, kPrefetchX, kSlabsPerCta == 2>(
+          ops.w, ops.s, rows, live, acc, !waited, part);
 #ifdef MOEJIT_TRACE
       if (!waited) MOEJIT_TRACE_WARP(1, trace_now());
       MOEJIT_TRACE_WARP(2, trace_now());
@@ -59,7 +70,9 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
 #endif
       waited = true;
       for_each_pass_result<kNT, kCols>(pass, live, count, [&](int nt, int i, int t, int r) {
-        red[(route.pair[first + t] * kParts + part) * 16 + r] = acc[nt][0][i];
+#pragma unroll
+        for (int m = 0; m < kSlabsPerCta; ++m)
+          red[(route.pair[first + t] * kParts + part) * kRows + m * 16 + r] = acc[nt][m][i];
       });
     }
   }
@@ -76,14 +89,14 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
   auto pair_y = [&](int q, int e, int r) {
     float y = 0.f;
 #pragma unroll
-    for (int part = 0; part < kParts; ++part) y += red[(q * kParts + part) * 16 + r];
+    for (int part = 0; part < kParts; ++part) y += red[(q * kParts + part) * kRows + r];
     y *= kNvfp4 ? p.gscale[e] * kAccScale : kAccScale;
-    if (kBias) y += p.bias[(size_t)e * kH + slab * 16 + r];
+    if (kBias) y += p.bias[(size_t)e * kH + slab * kRows + r];
     return y;
   };
   if constexpr (kGroups == 1) {
-    for (int idx = threadIdx.x; idx < p.tokens * 16; idx += blockDim.x) {
-      const int m = idx >> 4, r = idx & 15, row = slab * 16 + r;
+    for (int idx = threadIdx.x; idx < p.tokens * kRows; idx += blockDim.x) {
+      const int m = idx >> kRowsLog2, r = idx & (kRows - 1), row = slab * kRows + r;
       float sum = 0.f;
       for (int k = 0; k < K; ++k) {
         const int q = m * K + k;

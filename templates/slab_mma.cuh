@@ -131,18 +131,28 @@ MOEJIT_DEVICE void chunk_mma(const u32x4 (&wc)[kMats], const u32x2 (&sc)[kMats],
 // x_stage (kXStaged FC1 only): this warp's shared-memory area of kStageZeros + its part's chunks x 16
 // pieces; every column of the pass that holds a pair must hold the same token (decode at one token).
 //
+// kSlabPair: the kMats = 2 "matrices" are two adjacent 16-row slabs of a one-matrix plane (FC2-sum over
+// 32-row CTAs; w and s point at the first slab), both multiplied by the same activation pieces, as FC1's
+// gate and up rows are; otherwise the plane interleaves kMats matrices per chunk (FC1).
+//
 // Each warp walks its part's chunks (part, part + kParts, ...) with running pointers, kDepth chunks ahead, so
 // each lane keeps kDepth * kMats 16-byte weight loads in flight. Each scale block's MMA result is
 // scaled by its block scale in fp32 (every lane of a step shares the scale block), so weights go to
 // the tensor cores as placed bits.
-template <bool kNvfp4, int kK, int kMats, int kParts, int kNT, int kCols, int kDepth, bool kScaleB, bool kPrefetchX>
+template <bool kNvfp4, int kK, int kMats, int kParts, int kNT, int kCols, int kDepth, bool kScaleB, bool kPrefetchX,
+          bool kSlabPair = false>
 MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_rows)[kNT], int live_tiles,
                             float (&acc)[kNT][kMats][4], bool wait_primary_after_prefetch, int part,
                             u32x2* x_stage = nullptr) {
   using SG = ScaleGeometry<kNvfp4>;
   constexpr int kChunks = (kK + 63) / 64;
-  constexpr int kWStride = kParts * kMats * 32;               // u32x4 runs per step of a part
-  constexpr int kSStride = kParts * kMats * SG::kBytesPerChunk;
+  static_assert(!kSlabPair || kMats == 2, "a slab pair is two matrices");
+  constexpr int kPlaneMats = kSlabPair ? 1 : kMats;           // matrices interleaved per chunk in the plane
+  constexpr int kWStride = kParts * kPlaneMats * 32;          // u32x4 runs per step of a part
+  constexpr int kSStride = kParts * kPlaneMats * SG::kBytesPerChunk;
+  // From matrix 0's run (scale bytes) of a chunk to matrix m's: the next slab, or the next matrix.
+  constexpr int kMatW = kSlabPair ? kChunks * 32 : 32;
+  constexpr int kMatS = kSlabPair ? kChunks * SG::kBytesPerChunk : SG::kBytesPerChunk;
   constexpr int kXStride = kParts * 64;                       // bf16 elements per step of a part
   const int lane = lane_id();
   const int g = lane >> 2;
@@ -150,8 +160,8 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   const int my_chunks = part_chunks<kChunks, kParts>(part);
   zero_accumulators(acc);
 
-  const u32x4* wp = w + part * kMats * 32;
-  const u8* sp = s + part * kMats * SG::kBytesPerChunk + g * SG::kBytesPerLane;
+  const u32x4* wp = w + part * kPlaneMats * 32;
+  const u8* sp = s + part * kPlaneMats * SG::kBytesPerChunk + g * SG::kBytesPerLane;
   // A ring of kDepth + 1 slots: chunk i lives in slot i % kRing, and the load of chunk i + kDepth goes
   // to the slot chunk i - 1 left, so nothing is copied between slots.
   constexpr int kRing = kDepth + 1;
@@ -170,8 +180,8 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   auto prefetch_chunk = [&](const u32x4* w_at, const u8* s_at) {
 #pragma unroll
     for (int m = 0; m < kMats; ++m) {
-      prefetch_l2(w_at + m * 32);
-      prefetch_l2(s_at + m * SG::kBytesPerChunk);
+      prefetch_l2(w_at + m * kMatW);
+      prefetch_l2(s_at + m * kMatS);
     }
   };
   if (kL2AheadChunks > 0) {
@@ -188,8 +198,8 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
     if (!kChecked || issued < my_chunks) {
 #pragma unroll
       for (int m = 0; m < kMats; ++m) {
-        wq[slot][m] = ld_stream_16(wp + m * 32);
-        const u8* smp = sp + m * SG::kBytesPerChunk;
+        wq[slot][m] = ld_stream_16(wp + m * kMatW);
+        const u8* smp = sp + m * kMatS;
         sq[slot][m] = kNvfp4 ? ld_stream_8(smp) : u32x2{ld_stream_4(smp), 0u};
       }
     }

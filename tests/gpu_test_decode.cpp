@@ -358,6 +358,42 @@ TEST_CASE("FC2-sum spread over several CTAs per slab matches the reference", "[g
   }
 }
 
+TEST_CASE("FC2-sum over two slabs per CTA gives the bits of one slab per CTA", "[gpu][variants][slabs]") {
+  // slabs = 2: each warp carries two adjacent 16-row slabs of its unit's expert through every chunk.
+  // Each slab's sums run in the same order as in one-slab CTAs of the same warps and parts, so the
+  // output bits must match those. Shapes: H = 352 (11 CTAs of 32 rows), I = 480 (a half chunk at the
+  // end of K), warps without a unit (w16 at one token), several passes (M = 16 in 4 columns), a token
+  // routed twice to one expert; and the reference.
+  const ScopedEnv guard{"MOEJIT_DECODE_FC1", "MOEJIT_DECODE_FC2", "MOEJIT_DECODE_TILE_FC2"};
+  uint64_t seed = 9950;
+  for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4}) {
+    LayerSpec spec = format_spec(f, 8, 4, 352, 480);
+    HostLayer host = make_random_layer(spec, ++seed);
+    auto layer = runtime().prepare(host);
+    ::setenv("MOEJIT_DECODE_FC1", "grid", 1);
+    ::setenv("MOEJIT_DECODE_FC2", "sum", 1);
+    for (int m : {1, 2, 5, 16})
+      for (const char* tile : {"w16d1o1p4", "w16d2o1p2", "w8d1o2p2c4f2", "w4d1o4p1", "w6d1o2p3c4"}) {
+        INFO(fmt::format("{} M={} FC2 tile {} with and without s2", to_string(f), m, tile));
+        HostInputs in = make_random_inputs(spec, m, ++seed, true);
+        if (m >= 5) in.topk_ids[4] = spec.expert_begin + 3, in.topk_ids[5] = spec.expert_begin + 3;
+        DeviceInputs d = upload_inputs(runtime(), *layer, in, m);
+        std::string one(tile), two(tile);
+        const auto at = two.find_first_of("cf");
+        two.insert(at == std::string::npos ? two.size() : at, "s2");
+        ::setenv("MOEJIT_DECODE_TILE_FC2", one.c_str(), 1);
+        REQUIRE(runtime().plan(*layer, m).kernels.back().slabs == 1);
+        const auto out_one = run_poisoned(runtime(), *layer, d, m);
+        ::setenv("MOEJIT_DECODE_TILE_FC2", two.c_str(), 1);
+        REQUIRE(runtime().plan(*layer, m).kernels.back().slabs == 2);
+        const auto out_two = run_poisoned(runtime(), *layer, d, m);
+        CHECK(out_two == out_one);
+        CHECK(run_poisoned(runtime(), *layer, d, m) == out_two);
+        check_agreement(compare(to_float(out_two), reference_forward(host, in).out_f64), /*with_cosine=*/false);
+      }
+  }
+}
+
 TEST_CASE("a staged x row changes no output bit", "[gpu][variants][staged]") {
   // At one token FC1's warps may copy their part of x, times 2^64, into shared memory and read their
   // MMA pieces from there (x_staged): the MMA inputs are the same bits, so the outputs must be too.

@@ -182,6 +182,36 @@ TEST_CASE("normalization resets fields a kind ignores and rejects impossible key
   CHECK(k.normalized().groups == 1);
   k.kind = KernelKind::decode_fc2_sum;
   k.groups = 1;
+  // FC2-sum over two slabs per CTA (suffix s after g): whole slabs in one CTA, H a multiple of 32 rows,
+  // parts x slabs raw sums per pair within the shared-memory bound (8, or 4 over 128 pairs).
+  k.slabs = 2;
+  CHECK(k.normalized().str().find(":w4n1d1o0p4s2c4:") != std::string::npos);
+  CHECK(KernelKey::parse(k.normalized().str()) == k.normalized());
+  k.slabs = 3;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("slabs must be 1 or 2"));
+  k.slabs = 2;
+  k.groups = 2;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("groups 1"));
+  k.groups = 1;
+  k.parts = 5;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("parts x slabs must be at most 8"));
+  k.parts = 2;
+  k.inline_route = 2;
+  k.parts = 3;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("parts x slabs must be at most 4"));
+  k.parts = 4;
+  k.inline_route = 1;
+  const int rows = k.hidden;
+  const ScaleFormat format = k.format;
+  k.format = ScaleFormat::nvfp4;  // 16-element scale blocks: H = 112 is 7 slabs
+  k.hidden = 32 * 3 + 16;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("multiple of 32 rows"));
+  k.hidden = rows;
+  k.format = format;
+  k.kind = KernelKind::decode_fc2;
+  CHECK(k.normalized().slabs == 1);
+  k.kind = KernelKind::decode_fc2_sum;
+  k.slabs = 1;
 
   // A staged x row (tile suffix x) is decode_fc1's, one token tile only.
   k.x_staged = true;
@@ -386,6 +416,7 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
     CHECK(q_fc2.warps == 16);
     CHECK(q_fc2.min_blocks == (m <= 4 ? 2 : 1));
     CHECK(q_fc2.depth == (m <= 4 ? 1 : 4));
+    CHECK(q_fc2.slabs == 1);  // an even grid: whole slabs, one per CTA, even where 8 experts x 2 parts fill it
     CHECK(q_fc2.columns == 4);
   }
   // Behind the route kernel every bundled layer keeps one token tile up to 256 tokens (the busiest
@@ -495,7 +526,13 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK(two.groups == 1);
   CHECK(two.warps == 16);
   CHECK(two.parts == 2);
-  CHECK(two.min_blocks == 2);
+  // ... in CTAs of two slabs (90 on 132 SMs, one per SM, depth 2 at 128 registers); one token keeps one.
+  CHECK(two.slabs == 2);
+  CHECK(two.min_blocks == 1);
+  CHECK(two.depth == 2);
+  CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[1].slabs == 1);
+  for (int m = 3; m <= 16; ++m) CHECK(make_plan(s, Arch::sm_90a, m, 132).kernels.back().slabs == 1);
+  for (int m = 1; m <= 16; ++m) CHECK(make_plan(ds, Arch::sm_90a, m, 132).kernels.back().slabs == 1);
   int grouped_plans = 0;
   for (int m : {3, 4, 8}) {
     const KernelKey fc2 = make_plan(s, Arch::sm_90a, m, 132).kernels.back();

@@ -42,6 +42,11 @@ struct KernelKey {
   // expert slots), writes its pairs' rows to the fp32 partial buffer, and the last of them (a ticket)
   // sums each token's pairs in slot order; 1 sums inside the one CTA. Tile suffix g<n>, after p<n>.
   int groups = 1;
+  // decode_fc2_sum: 16-row slabs per CTA, 1 or 2. With 2, each warp carries two adjacent slabs of its
+  // expert through every chunk (two weight runs in flight per lane for one set of activation pieces, as
+  // FC1 carries its gate and up rows), so its chain of chunks is half as long for the same bytes.
+  // Tile suffix s<n>, after g<n>.
+  int slabs = 1;
   // Decode kernels: MMA columns per n-tile that carry a pair, 8, or 4 (even columns only: half the
   // block-scale FMAs, a pass covers 4 pairs per n-tile; planned where no expert serves more than 4 pairs).
   int columns = 8;
@@ -60,7 +65,7 @@ struct KernelKey {
 
   // Canonical string, e.g. "decode_fc1:sm_90a:mxfp4:swigluoai:a16:E128:H2880:I2880:w4n1d2o0:b1:l1:i0"
   // (the tile ends in p<parts> when parts != 1: "w8n1d8o2p2", then in g<groups> when groups != 1:
-  // "w8n1d1o3p2g2", then in c<columns> when columns != 8:
+  // "w8n1d1o3p2g2", then in s<slabs> when slabs != 1: "w16n1d1o1p4s2", then in c<columns> when columns != 8:
   // "w4n1d1o8c4", then in f<l2_ahead> when l2_ahead != 0: "w8n1d1o4c4f2", then in x when x_staged:
   // "w4n1d1o8c4x").
   std::string str() const;

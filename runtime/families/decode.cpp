@@ -102,7 +102,8 @@ void launch_decode(const ForwardContext& ctx, const KernelKey& fc1_key, const Ke
   DecodeFc2Params p2 = fc2_params(ctx);
   // decode_fc2_sum: `groups` CTAs per slab serve every expert; decode_fc2: one CTA per (slab, slot).
   const unsigned fc2_slots = fc2_key.kind == KernelKind::decode_fc2_sum ? static_cast<unsigned>(fc2_key.groups) : slots;
-  LaunchShape s2{static_cast<unsigned>(spec.hidden / 16), fc2_slots, 1, static_cast<unsigned>(fc2_key.warps * 32), 0};
+  LaunchShape s2{static_cast<unsigned>(spec.hidden / (16 * fc2_key.slabs)), fc2_slots, 1,
+                 static_cast<unsigned>(fc2_key.warps * 32), 0};
   launch(ctx.modules.function(fc2_key, ctx.stream), s2, ctx.stream, &p2,
          /*programmatic_dependent=*/ctx.plan.launch == DecodeLaunch::pdl);
 }
