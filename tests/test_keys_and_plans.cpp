@@ -531,6 +531,16 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK(two.min_blocks == 1);
   CHECK(two.depth == 2);
   CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[1].slabs == 1);
+  // A tile override restates the grid: without s it has one slab per CTA, s2 asks for two.
+  ::setenv("MOEJIT_DECODE_TILE_FC2", "w16d2o1p2c4f2", 1);
+  CHECK(make_plan(s, Arch::sm_90a, 2, 132).kernels.back().slabs == 1);
+  ::setenv("MOEJIT_DECODE_TILE_FC2", "w16d2o1p4s2", 1);
+  CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels.back().slabs == 2);
+  ::setenv("MOEJIT_DECODE_TILE_FC2", "w16d2o1p2g2", 1);
+  CHECK(make_plan(s, Arch::sm_90a, 2, 132).kernels.back().groups == 2);
+  ::setenv("MOEJIT_DECODE_TILE_FC2", "w16d2o1p2s3", 1);
+  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 2, 132), Catch::Contains("must look like"));
+  ::unsetenv("MOEJIT_DECODE_TILE_FC2");
   for (int m = 3; m <= 16; ++m) CHECK(make_plan(s, Arch::sm_90a, m, 132).kernels.back().slabs == 1);
   for (int m = 1; m <= 16; ++m) CHECK(make_plan(ds, Arch::sm_90a, m, 132).kernels.back().slabs == 1);
   int grouped_plans = 0;
