@@ -60,6 +60,31 @@ Agreement check_against_reference(const HostLayer& host, const PreparedLayer& la
   ReferenceOutput ref = reference_forward(host, in);
   return compare(to_float(out), ref.out_f64);
 }
+
+// The FC2-sum variant tests' cases: per scale format a random layer of 8 experts, top 4, H = 352 (22
+// slabs) and I = 480 (a half chunk at the end of K), FC1's grid kernel and FC2-sum forced; per token
+// count and FC2 tile fresh inputs (from 5 tokens on, tokens 1's slots 0-1 both route to local expert
+// 3), uploaded. body(host, layer, inputs, device inputs, tokens, tile) runs inside the case's INFO.
+template <typename Body>
+void for_each_fc2_sum_case(uint64_t seed, std::initializer_list<int> token_counts,
+                           std::initializer_list<const char*> tiles, Body body) {
+  const ScopedEnv guard{"MOEJIT_DECODE_FC1", "MOEJIT_DECODE_FC2", "MOEJIT_DECODE_TILE_FC2"};
+  for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4}) {
+    LayerSpec spec = format_spec(f, 8, 4, 352, 480);
+    HostLayer host = make_random_layer(spec, ++seed);
+    auto layer = runtime().prepare(host);
+    ::setenv("MOEJIT_DECODE_FC1", "grid", 1);
+    ::setenv("MOEJIT_DECODE_FC2", "sum", 1);
+    for (int m : token_counts)
+      for (const char* tile : tiles) {
+        INFO(fmt::format("{} M={} FC2 tile {}", to_string(f), m, tile));
+        HostInputs in = make_random_inputs(spec, m, ++seed, true);
+        if (m >= 5) in.topk_ids[4] = spec.expert_begin + 3, in.topk_ids[5] = spec.expert_begin + 3;
+        DeviceInputs d = upload_inputs(runtime(), *layer, in, m);
+        body(host, *layer, in, d, m, tile);
+      }
+  }
+}
 }  // namespace
 
 TEST_CASE("decode family matches the reference for every activation, format, bias and limit", "[gpu][decode]") {
@@ -334,28 +359,17 @@ TEST_CASE("FC2-sum spread over several CTAs per slab matches the reference", "[g
   // (a half chunk at the end of K), groups 2-8 with 1-4 parts, CTAs whose blocks find no unit (8 groups
   // at one token), several passes per slab (M = 16), a token routed twice to one expert; repeated runs
   // must give the same bits (the counters return to zero).
-  const ScopedEnv guard{"MOEJIT_DECODE_FC1", "MOEJIT_DECODE_FC2", "MOEJIT_DECODE_TILE_FC2"};
-  uint64_t seed = 9900;
-  for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4}) {
-    LayerSpec spec = format_spec(f, 8, 4, 352, 480);
-    HostLayer host = make_random_layer(spec, ++seed);
-    auto layer = runtime().prepare(host);
-    ::setenv("MOEJIT_DECODE_FC1", "grid", 1);
-    ::setenv("MOEJIT_DECODE_FC2", "sum", 1);
-    for (int m : {1, 5, 16})
-      for (const char* tile : {"w8d1p2g2", "w4d1p2g2", "w4d1p1g4", "w8d2p4g2", "w6d1p2g3", "w2d1p1g8"}) {
-        INFO(fmt::format("{} M={} FC2 tile {}", to_string(f), m, tile));
-        HostInputs in = make_random_inputs(spec, m, ++seed, true);
-        if (m >= 5) in.topk_ids[4] = spec.expert_begin + 3, in.topk_ids[5] = spec.expert_begin + 3;
-        DeviceInputs d = upload_inputs(runtime(), *layer, in, m);
+  for_each_fc2_sum_case(
+      9900, {1, 5, 16}, {"w8d1p2g2", "w4d1p2g2", "w4d1p1g4", "w8d2p4g2", "w6d1p2g3", "w2d1p1g8"},
+      [](const HostLayer& host, const PreparedLayer& layer, const HostInputs& in, DeviceInputs& d, int m,
+         const char* tile) {
         ::setenv("MOEJIT_DECODE_TILE_FC2", tile, 1);
-        REQUIRE(runtime().plan(*layer, m).kernels.back().groups > 1);
-        const auto out = run_poisoned(runtime(), *layer, d, m);
-        CHECK(run_poisoned(runtime(), *layer, d, m) == out);
-        CHECK(run_poisoned(runtime(), *layer, d, m) == out);
+        REQUIRE(runtime().plan(layer, m).kernels.back().groups > 1);
+        const auto out = run_poisoned(runtime(), layer, d, m);
+        CHECK(run_poisoned(runtime(), layer, d, m) == out);
+        CHECK(run_poisoned(runtime(), layer, d, m) == out);
         check_agreement(compare(to_float(out), reference_forward(host, in).out_f64), /*with_cosine=*/false);
-      }
-  }
+      });
 }
 
 TEST_CASE("FC2-sum over two slabs per CTA gives the bits of one slab per CTA", "[gpu][variants][slabs]") {
@@ -364,34 +378,25 @@ TEST_CASE("FC2-sum over two slabs per CTA gives the bits of one slab per CTA", "
   // output bits must match those. Shapes: H = 352 (11 CTAs of 32 rows), I = 480 (a half chunk at the
   // end of K), warps without a unit (w16 at one token), several passes (M = 16 in 4 columns), a token
   // routed twice to one expert; and the reference.
-  const ScopedEnv guard{"MOEJIT_DECODE_FC1", "MOEJIT_DECODE_FC2", "MOEJIT_DECODE_TILE_FC2"};
-  uint64_t seed = 9950;
-  for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4}) {
-    LayerSpec spec = format_spec(f, 8, 4, 352, 480);
-    HostLayer host = make_random_layer(spec, ++seed);
-    auto layer = runtime().prepare(host);
-    ::setenv("MOEJIT_DECODE_FC1", "grid", 1);
-    ::setenv("MOEJIT_DECODE_FC2", "sum", 1);
-    for (int m : {1, 2, 5, 16})
-      for (const char* tile : {"w16d1o1p4", "w16d2o1p2", "w8d1o2p2c4f2", "w4d1o4p1", "w6d1o2p3c4"}) {
-        INFO(fmt::format("{} M={} FC2 tile {} with and without s2", to_string(f), m, tile));
-        HostInputs in = make_random_inputs(spec, m, ++seed, true);
-        if (m >= 5) in.topk_ids[4] = spec.expert_begin + 3, in.topk_ids[5] = spec.expert_begin + 3;
-        DeviceInputs d = upload_inputs(runtime(), *layer, in, m);
-        std::string one(tile), two(tile);
+  for_each_fc2_sum_case(
+      9950, {1, 2, 5, 16}, {"w16d1o1p4", "w16d2o1p2", "w8d1o2p2c4f2", "w4d1o4p1", "w6d1o2p3c4"},
+      [](const HostLayer& host, const PreparedLayer& layer, const HostInputs& in, DeviceInputs& d, int m,
+         const char* tile) {
+        // The same tile with s2 before its c/f suffixes.
+        std::string two(tile);
         const auto at = two.find_first_of("cf");
         two.insert(at == std::string::npos ? two.size() : at, "s2");
-        ::setenv("MOEJIT_DECODE_TILE_FC2", one.c_str(), 1);
-        REQUIRE(runtime().plan(*layer, m).kernels.back().slabs == 1);
-        const auto out_one = run_poisoned(runtime(), *layer, d, m);
+        INFO("two slabs: " << two);
+        ::setenv("MOEJIT_DECODE_TILE_FC2", tile, 1);
+        REQUIRE(runtime().plan(layer, m).kernels.back().slabs == 1);
+        const auto out_one = run_poisoned(runtime(), layer, d, m);
         ::setenv("MOEJIT_DECODE_TILE_FC2", two.c_str(), 1);
-        REQUIRE(runtime().plan(*layer, m).kernels.back().slabs == 2);
-        const auto out_two = run_poisoned(runtime(), *layer, d, m);
+        REQUIRE(runtime().plan(layer, m).kernels.back().slabs == 2);
+        const auto out_two = run_poisoned(runtime(), layer, d, m);
         CHECK(out_two == out_one);
-        CHECK(run_poisoned(runtime(), *layer, d, m) == out_two);
+        CHECK(run_poisoned(runtime(), layer, d, m) == out_two);
         check_agreement(compare(to_float(out_two), reference_forward(host, in).out_f64), /*with_cosine=*/false);
-      }
-  }
+      });
 }
 
 TEST_CASE("a staged x row changes no output bit", "[gpu][variants][staged]") {
