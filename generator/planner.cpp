@@ -256,6 +256,7 @@ void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
   // Slabs per CTA set the grid's shape, as the warps do: a tile without s has one (even where the
   // planner chose two), so that an override never meets a planned field it cannot combine with (g).
   k.slabs = seen[6] ? value[6] : 1;
+  if (k.slabs == 2 && !seen[5]) k.groups = 1;  // two slabs per CTA keep each slab in one CTA
   if (seen[7]) k.columns = value[7];
   if (seen[8]) k.l2_ahead = value[8];
   if (seen[9]) k.x_staged = value[9] == 1;

@@ -538,6 +538,14 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels.back().slabs == 2);
   ::setenv("MOEJIT_DECODE_TILE_FC2", "w16d2o1p2g2", 1);
   CHECK(make_plan(s, Arch::sm_90a, 2, 132).kernels.back().groups == 2);
+  // s2 without g at M = 4, where the planner splits slabs over 2 CTAs: one CTA per slab pair.
+  ::unsetenv("MOEJIT_DECODE_TILE_FC2");
+  REQUIRE(make_plan(s, Arch::sm_90a, 4, 132).kernels.back().groups == 2);
+  ::setenv("MOEJIT_DECODE_TILE_FC2", "w16d2o1p2s2", 1);
+  CHECK(make_plan(s, Arch::sm_90a, 4, 132).kernels.back().groups == 1);
+  CHECK(make_plan(s, Arch::sm_90a, 4, 132).kernels.back().slabs == 2);
+  ::setenv("MOEJIT_DECODE_TILE_FC2", "w8d2o3p2g2s2", 1);
+  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 4, 132), Catch::Contains("groups 1"));
   ::setenv("MOEJIT_DECODE_TILE_FC2", "w16d2o1p2s3", 1);
   CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 2, 132), Catch::Contains("must look like"));
   ::unsetenv("MOEJIT_DECODE_TILE_FC2");
