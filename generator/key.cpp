@@ -193,9 +193,6 @@ KernelKey KernelKey::normalized() const {
   if (k.parts < 1 || k.parts > 8) throw Error(fmt::format("kernel key {}: parts must be in [1, 8]", str()));
   if (k.kind != KernelKind::decode_fc2_sum && k.kind != KernelKind::decode_fc1_stream && k.kind != KernelKind::decode_pipe)
     k.parts = 1;
-  // FC2-sum keeps every pair's raw sums per K part in static shared memory: 64 B per (pair, part).
-  if (k.kind == KernelKind::decode_fc2_sum && k.inline_route == 2 && k.parts > 4)
-    throw Error(fmt::format("kernel key {}: FC2-sum over 128 pairs (i2) takes at most 4 parts", str()));
   if (k.kind != KernelKind::decode_pipe && (k.groups < 1 || k.groups > 8))
     throw Error(fmt::format("kernel key {}: groups must be in [1, 8]", str()));
   if (k.kind != KernelKind::decode_fc2_sum && k.kind != KernelKind::decode_pipe) k.groups = 1;
@@ -207,10 +204,15 @@ KernelKey KernelKey::normalized() const {
     if (k.hidden % (16 * k.slabs))
       throw Error(fmt::format("kernel key {}: hidden must be a multiple of {} rows for {} slabs per CTA", str(),
                               16 * k.slabs, k.slabs));
-    // The raw sums per (pair, part) take 64 B per slab in static shared memory.
-    if (k.parts * k.slabs > (k.inline_route == 2 ? 4 : 8))
-      throw Error(fmt::format("kernel key {}: parts x slabs must be at most {} (shared memory of the raw sums)", str(),
-                            k.inline_route == 2 ? 4 : 8));
+  }
+  // FC2-sum keeps every pair's raw sums per K part and slab in static shared memory, 64 B each: 8 parts x
+  // slabs over 64 pairs (i1), 4 over 128 (i2).
+  if (k.kind == KernelKind::decode_fc2_sum) {
+    const int raw_sums = k.inline_route == 2 ? 4 : 8;
+    if (k.parts * k.slabs > raw_sums)
+      throw Error(fmt::format("kernel key {}: FC2-sum over {} pairs (i{}) takes at most {} parts of raw sums per slab: "
+                              "parts x slabs must be at most {}",
+                              str(), k.inline_route == 2 ? 128 : 64, k.inline_route, raw_sums, raw_sums));
   }
   // A slot's K parts must stay in one CTA: its units then form whole blocks of `warps`.
   if (k.groups > 1 && k.warps % k.parts != 0)
