@@ -63,7 +63,7 @@ Agreement check_against_reference(const HostLayer& host, const PreparedLayer& la
 
 // The FC2-sum variant tests' cases: per scale format a random layer of 8 experts, top 4, H = 352 (22
 // slabs) and I = 480 (a half chunk at the end of K), FC1's grid kernel and FC2-sum forced; per token
-// count and FC2 tile fresh inputs (from 5 tokens on, tokens 1's slots 0-1 both route to local expert
+// count and FC2 tile fresh inputs (from 5 tokens on, token 1's slots 0-1 both route to local expert
 // 3), uploaded. body(host, layer, inputs, device inputs, tokens, tile) runs inside the case's INFO.
 template <typename Body>
 void for_each_fc2_sum_case(uint64_t seed, std::initializer_list<int> token_counts,
