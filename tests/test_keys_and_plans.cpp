@@ -195,7 +195,6 @@ TEST_CASE("normalization resets fields a kind ignores and rejects impossible key
   k.groups = 1;
   k.parts = 5;
   CHECK_THROWS_WITH(k.normalized(), Catch::Contains("parts x slabs must be at most 8"));
-  k.parts = 2;
   k.inline_route = 2;
   k.parts = 3;
   CHECK_THROWS_WITH(k.normalized(), Catch::Contains("parts x slabs must be at most 4"));
@@ -353,8 +352,8 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   // gpt-oss M=4: ~15 experts x 180 slabs = 2700 FC1 CTAs of 12-chunk warps: one wave of 7 CTAs per
   // SM (4 columns, 72 registers) walks the items; at M=16 (8 columns) 6 CTAs per SM (80 registers,
   // the activation ring). DeepSeek M=4 (28 chunks per warp) streams its weights through shared memory
-  // (3 stages of 16 chunks, 3 CTAs per SM); its M=1 grid is one wave and stays a grid. M <= 4 puts pairs in even MMA columns only, except
-  // in NVFP4's register-fed FC1 with long warps.
+  // (3 stages of 16 chunks, 3 CTAs per SM); its M=1 grid is one wave and stays a grid. M <= 4 puts pairs
+  // in even MMA columns only, except in NVFP4's register-fed FC1 with long warps.
   const Plan g4 = make_plan(s, Arch::sm_90a, 4, 132);
   CHECK(g4.kernels[0].kind == KernelKind::decode_fc1_loop);
   CHECK(g4.kernels[0].warps == 4);
