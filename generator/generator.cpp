@@ -55,8 +55,18 @@ int pipe_static_smem(const KernelKey& key) {
 }
 }  // namespace
 
+int batch_dynamic_smem(const KernelKey& raw) {
+  const KernelKey key = raw.normalized();
+  if (key.kind != KernelKind::batch_fc1 && key.kind != KernelKind::batch_fc2) return 0;
+  // templates/moe_batch.cuh: BatchStage::kBytes per stage, depth + 1 stages.
+  const int mats = key.kind == KernelKind::batch_fc1 ? fc1_mats(key) : 1;
+  const int stage = 8 * key.ntiles * 160 + key.warps * mats * (512 + chunk_scale_bytes(key));
+  return (key.depth + 1) * stage;
+}
+
 int decode_dynamic_smem(const KernelKey& raw) {
   const KernelKey key = raw.normalized();
+  if (key.kind == KernelKind::batch_fc1 || key.kind == KernelKind::batch_fc2) return batch_dynamic_smem(key);
   if (key.kind == KernelKind::decode_pipe) return stream_ring_bytes(key);
   if (key.kind != KernelKind::decode_fc1_stream) return 0;
   return stream_ring_bytes(key);
@@ -249,6 +259,33 @@ GeneratedSource generate_source(const KernelKey& raw) {
           key.hidden, key.intermediate, key.warps, key.ntiles, key.depth,
           sum ? fmt::format("{}, {}", key.parts, key.groups) : std::string(cpp_bool(key.inline_route != 0)), min_blocks,
           cpp_bool(prefetch_x), function, key.columns, sum && key.slabs != 1 ? fmt::format(", {}", key.slabs) : "");
+      break;
+    }
+    case KernelKind::batch_fc1:
+    case KernelKind::batch_fc2: {
+      const bool fc1 = key.kind == KernelKind::batch_fc1;
+      const int smem = batch_dynamic_smem(key);
+      if (smem > kMaxDynamicSmem)
+        throw Error(fmt::format("kernel key {}: the copy ring needs {} bytes of shared memory, more than {}", key.str(),
+                                smem, kMaxDynamicSmem));
+      const std::string check = fmt::format(
+          "static_assert({} * BatchStage<{}, {}, {}, {}>::kBytes == {}, \"host and device ring sizes differ\");\n",
+          key.depth + 1, cpp_bool(key.format == ScaleFormat::nvfp4), fc1 ? fc1_mats(key) : 1, key.warps, key.ntiles, smem);
+      const std::string call =
+          fc1 ? fmt::format("moe_batch_fc1<{}, {}, {}, {}, {}, {}, {}, {}, {}>", cpp_bool(key.format == ScaleFormat::nvfp4),
+                            act_code(key.activation), cpp_bool(key.limit), cpp_bool(key.bias), key.hidden,
+                            key.intermediate, key.warps, key.ntiles, key.depth + 1)
+              : fmt::format("moe_batch_fc2<{}, {}, {}, {}, {}, {}, {}>", cpp_bool(key.format == ScaleFormat::nvfp4),
+                            cpp_bool(key.bias), key.hidden, key.intermediate, key.warps, key.ntiles, key.depth + 1);
+      out.source = header + "#include \"moe_batch.cuh\"\n" + check + fmt::format(
+          "extern \"C\" __global__ void __launch_bounds__({0}, {1}) {2}(const {3} p) {{\n  {4}(p);\n}}\n",
+          threads, std::max(key.min_blocks, 1), out.entry, fc1 ? "DecodeFc1Params" : "DecodeFc2Params", call);
+      // FC2's module also holds the top-k combine, launched after FC2 (suffix _combine).
+      if (!fc1)
+        out.source += fmt::format(
+            "extern \"C\" __global__ void __launch_bounds__(256) {0}_combine(const DecodeFc2Params p) {{\n"
+            "  moe_batch_combine<{1}, {2}>(p);\n}}\n",
+            out.entry, key.experts, key.hidden);
       break;
     }
   }

@@ -21,6 +21,8 @@ std::string_view to_string(KernelKind k) {
     case KernelKind::decode_fc1_loop: return "decode_fc1_loop";
     case KernelKind::decode_fc1_stream: return "decode_fc1_stream";
     case KernelKind::decode_pipe: return "decode_pipe";
+    case KernelKind::batch_fc1: return "batch_fc1";
+    case KernelKind::batch_fc2: return "batch_fc2";
   }
   return "?";
 }
@@ -28,11 +30,11 @@ std::string_view to_string(KernelKind k) {
 KernelKind parse_kernel_kind(std::string_view s) {
   for (auto k : {KernelKind::prepare, KernelKind::route, KernelKind::decode_fc1, KernelKind::decode_fc2,
                  KernelKind::decode_fused, KernelKind::decode_fc2_sum, KernelKind::decode_fc1_loop,
-                 KernelKind::decode_fc1_stream, KernelKind::decode_pipe})
+                 KernelKind::decode_fc1_stream, KernelKind::decode_pipe, KernelKind::batch_fc1, KernelKind::batch_fc2})
     if (to_string(k) == s) return k;
   throw Error(fmt::format(
       "kernel kind '{}' is unknown (expected prepare, route, decode_fc1, decode_fc1_loop, decode_fc1_stream, decode_fc2, "
-      "decode_fc2_sum, decode_fused or decode_pipe)",
+      "decode_fc2_sum, decode_fused, decode_pipe, batch_fc1 or batch_fc2)",
       s));
 }
 
@@ -232,7 +234,19 @@ KernelKey KernelKey::normalized() const {
        k.kind == KernelKind::decode_fc1_stream || k.kind == KernelKind::decode_pipe) &&
       !k.inline_route)
     throw Error(fmt::format("kernel key {}: {} routes inline only (i1)", str(), to_string(k.kind)));
-  if (k.kind == KernelKind::decode_fc2 || k.kind == KernelKind::decode_fc2_sum) {
+  if (k.kind == KernelKind::batch_fc1 || k.kind == KernelKind::batch_fc2) {
+    // One tile shape: warps x 16 rows by 8 * ntiles pairs, `depth` chunks in flight through shared memory,
+    // behind the route kernel; the decode family's loop variants do not apply.
+    if (k.inline_route)
+      throw Error(fmt::format("kernel key {}: {} reads the route kernel's lists (i0)", str(), to_string(k.kind)));
+    if (k.warps > 16) throw Error(fmt::format("kernel key {}: batch kernels take at most 16 warps", str()));
+    if (k.columns != 8)
+      throw Error(fmt::format("kernel key {}: batch kernels fill every MMA column (columns 8)", str()));
+    if (k.depth < 1 || k.depth > 7)
+      throw Error(fmt::format("kernel key {}: batch kernels keep 1..7 chunks in flight (depth)", str()));
+    k.l2_ahead = 0;
+  }
+  if (k.kind == KernelKind::decode_fc2 || k.kind == KernelKind::decode_fc2_sum || k.kind == KernelKind::batch_fc2) {
     // FC2 does not see the activation; the limit is an FC1 concern.
     k.activation = Activation::silu;
     k.limit = false;

@@ -19,6 +19,7 @@ std::string_view to_string(Family f) {
   switch (f) {
     case Family::automatic: return "auto";
     case Family::decode: return "decode";
+    case Family::batch: return "batch";
   }
   return "?";
 }
@@ -35,7 +36,8 @@ std::string_view to_string(DecodeLaunch l) {
 Family parse_family(std::string_view s) {
   if (s == "auto") return Family::automatic;
   if (s == "decode") return Family::decode;
-  throw Error(fmt::format("family '{}' is unknown (expected auto or decode)", s));
+  if (s == "batch") return Family::batch;
+  throw Error(fmt::format("family '{}' is unknown (expected auto, decode or batch)", s));
 }
 
 namespace {
@@ -392,12 +394,48 @@ KernelKey base_key(const LayerSpec& spec, Arch arch) {
   k.limit = spec.limit.has_value();
   return k;
 }
+
+// The batch family's tile: 4 warps (64 rows of one expert) by 8 * ntiles pairs, the token tile no wider
+// than the pairs an expert gets on average (a wider tile only holds idle MMA columns and registers).
+// MOEJIT_BATCH_TILE_FC1 / _FC2 override it (w<warps>n<tiles>d<chunks in flight>o<CTAs per SM>).
+Plan batch_plan(const LayerSpec& spec, int tokens, Plan plan, const KernelKey& route) {
+  KernelKey fc1 = base_key(spec, route.arch);
+  const double per_expert = static_cast<double>(std::max(tokens, 1)) * spec.top_k / spec.experts;
+  int nt = 1;
+  while (nt < 8 && nt * 8 < per_expert) nt *= 2;
+  fc1.kind = KernelKind::batch_fc1;
+  fc1.warps = 4;
+  fc1.ntiles = nt;
+  fc1.depth = 3;  // a ring of 4 stages in shared memory
+  fc1.min_blocks = 0;
+  KernelKey fc2 = fc1;
+  fc2.kind = KernelKind::batch_fc2;
+  apply_tuning_overrides(fc1, "MOEJIT_BATCH_TILE_FC1");
+  apply_tuning_overrides(fc2, "MOEJIT_BATCH_TILE_FC2");
+  plan.kernels = {route.normalized(), fc1.normalized(), fc2.normalized()};
+  return plan;
+}
 }  // namespace
+
+int batch_from_tokens(const LayerSpec& spec) {
+  // Measured cutovers (docs/PERFORMANCE.md, "batch family"; µs, decode : batch, same run): Qwen3-30B-A3B
+  // (2.4 MB of FP4 weights per expert) M = 32/64/128 113.7/138.2/213.9 : 110.1/125.0/167.6; gpt-oss-120b
+  // (12.4 MB) M = 128/192/256 494.9/602.9/734.3 : 518.4/589.6/712.1; DeepSeek-V3 (22.0 MB) M = 192/256
+  // 2053.9/2571.8 : 2133.2/2484.3. The batch family wins once an expert gets about 2, 6 and 8 pairs on
+  // average: the larger an expert's weights, the more pairs its decode slabs carry before a staged token
+  // tile pays. Never while routing stays inside the decode CTAs (at most 128 pairs).
+  const double weight_mb =
+      (static_cast<double>(spec.fc1_rows()) * spec.hidden + static_cast<double>(spec.hidden) * spec.intermediate) / 2e6;
+  const double pairs_per_expert = weight_mb < 4 ? 2 : weight_mb < 16 ? 6 : 8;
+  const int by_pairs = static_cast<int>(std::ceil(pairs_per_expert * spec.experts / spec.top_k));
+  return std::clamp(std::max(by_pairs, kInlineRouteMaxPairs / spec.top_k + 1), 1, kDecodeMaxTokens + 1);
+}
 
 Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Family force) {
   spec.validate();
   if (tokens < 0) throw Error(fmt::format("tokens must be >= 0, got {}", tokens));
-  Family family = force == Family::automatic ? Family::decode : force;
+  if (tokens > kMaxTokens) throw Error(fmt::format("a forward serves at most {} tokens, asked for {}", kMaxTokens, tokens));
+  Family family = force != Family::automatic ? force : tokens >= batch_from_tokens(spec) ? Family::batch : Family::decode;
   if (family == Family::decode && tokens > kDecodeMaxTokens)
     throw Error(fmt::format("the decode family serves at most {} tokens, asked for {}", kDecodeMaxTokens, tokens));
   Plan plan;
@@ -406,6 +444,7 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   KernelKey route = base_key(spec, arch);
   route.kind = KernelKind::route;
   route.warps = 16;
+  if (family == Family::batch) return batch_plan(spec, tokens, plan, route);
   KernelKey fc1 = base_key(spec, arch);
   fc1.kind = KernelKind::decode_fc1;
   fc1.ntiles = decode_ntiles(spec, std::max(tokens, 1));

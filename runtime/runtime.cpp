@@ -158,6 +158,10 @@ void Runtime::forward(const PreparedLayer& layer_base, const ForwardArgs& a) {
         launch_decode(ctx, plan.kernels.at(next), plan.kernels.at(next + 1));
       return;
     }
+    case Family::batch:
+      launch_route(ctx, plan.kernels.at(0));
+      launch_batch(ctx, plan.kernels.at(1), plan.kernels.at(2));
+      return;
     case Family::automatic: break;
   }
   throw Error("forward: the planner returned no family");

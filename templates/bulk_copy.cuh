@@ -72,6 +72,11 @@ MOEJIT_DEVICE void cp_async_16(u32 dst, const void* src, int src_bytes) {
 }
 MOEJIT_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 MOEJIT_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+// Waits until at most kPending of this thread's committed groups are still in flight.
+template <int kPending>
+MOEJIT_DEVICE void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
 // Orders this thread's earlier shared-memory reads before later copy-engine writes to the same bytes.
 MOEJIT_DEVICE void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 

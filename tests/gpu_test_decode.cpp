@@ -24,6 +24,12 @@ Runtime& runtime() {
   return rt;
 }
 
+// This suite tests the decode family: every forward forces it (the planner hands many pairs per expert to
+// the batch family, gpu_test_batch.cpp).
+std::vector<uint16_t> run_decode(Runtime& rt, const PreparedLayer& layer, DeviceInputs& d, int tokens) {
+  return run_poisoned(rt, layer, d, tokens, Family::decode);
+}
+
 LayerSpec small_spec(ScaleFormat f, Activation a, bool bias, bool limit) {
   LayerSpec s;
   s.format = f;
@@ -56,7 +62,7 @@ Agreement check_against_reference(const HostLayer& host, const PreparedLayer& la
   auto& rt = runtime();
   HostInputs in = make_random_inputs(host.spec, tokens, seed, invalid_ids);
   DeviceInputs d = upload_inputs(rt, layer, in, tokens);
-  auto out = run_poisoned(rt, layer, d, tokens);
+  auto out = run_decode(rt, layer, d, tokens);
   ReferenceOutput ref = reference_forward(host, in);
   return compare(to_float(out), ref.out_f64);
 }
@@ -120,7 +126,7 @@ TEST_CASE("decode family matches the golden layers", "[gpu][golden]") {
     }
     auto layer = runtime().prepare(host);
     DeviceInputs d = upload_inputs(runtime(), *layer, in, in.tokens);
-    auto out = run_poisoned(runtime(), *layer, d, in.tokens);
+    auto out = run_decode(runtime(), *layer, d, in.tokens);
     check_agreement(compare(to_float(out), want), /*with_cosine=*/false);
   }
 }
@@ -206,10 +212,10 @@ TEST_CASE("pairs in even MMA columns only give the same bits as pairs in every c
           ::setenv("MOEJIT_DECODE_FC1", fc1, 1);
           ::setenv("MOEJIT_DECODE_FC2", fc2, 1);
           ::setenv("MOEJIT_DECODE_COLUMNS", "8", 1);
-          const auto all = run_poisoned(runtime(), *layer, d, m);
+          const auto all = run_decode(runtime(), *layer, d, m);
           ::setenv("MOEJIT_DECODE_COLUMNS", "4", 1);
-          REQUIRE(runtime().plan(*layer, m).kernels.back().columns == 4);
-          const auto even = run_poisoned(runtime(), *layer, d, m);
+          REQUIRE(runtime().plan(*layer, m, Family::decode).kernels.back().columns == 4);
+          const auto even = run_decode(runtime(), *layer, d, m);
           CHECK(even == all);
           check_agreement(compare(to_float(even), reference_forward(host, in).out_f64), /*with_cosine=*/false);
         }
@@ -254,11 +260,11 @@ TEST_CASE("the streaming FC1 equals the register-fed loop bit for bit", "[gpu][v
       ::setenv("MOEJIT_DECODE_FC2", "sum", 1);
       ::setenv("MOEJIT_DECODE_FC1", "loop", 1);
       ::setenv("MOEJIT_DECODE_TILE_FC1", sh.loop_tile, 1);
-      const auto loop_out = run_poisoned(runtime(), *layer, d, m);
+      const auto loop_out = run_decode(runtime(), *layer, d, m);
       ::setenv("MOEJIT_DECODE_FC1", "stream", 1);
       ::setenv("MOEJIT_DECODE_TILE_FC1", sh.stream_tile, 1);
-      REQUIRE(runtime().plan(*layer, m).kernels.front().kind == KernelKind::decode_fc1_stream);
-      const auto stream_out = run_poisoned(runtime(), *layer, d, m);
+      REQUIRE(runtime().plan(*layer, m, Family::decode).kernels.front().kind == KernelKind::decode_fc1_stream);
+      const auto stream_out = run_decode(runtime(), *layer, d, m);
       CHECK(stream_out == loop_out);
       check_agreement(compare(to_float(stream_out), reference_forward(host, in).out_f64), /*with_cosine=*/false);
     }
@@ -284,7 +290,7 @@ TEST_CASE("the pipelined one-launch decode matches the reference", "[gpu][pipe]"
         auto layer = runtime().prepare(host);
         for (int m : {1, 2, 5}) {
           INFO(fmt::format("{} {} bias={} M={}", to_string(f), to_string(a), bias, m));
-          REQUIRE(runtime().plan(*layer, m).kernels.front().kind == KernelKind::decode_pipe);
+          REQUIRE(runtime().plan(*layer, m, Family::decode).kernels.front().kind == KernelKind::decode_pipe);
           check_agreement(check_against_reference(host, *layer, m, ++seed), /*with_cosine=*/true);
         }
       }
@@ -311,12 +317,12 @@ TEST_CASE("the pipelined one-launch decode matches the reference", "[gpu][pipe]"
     for (int m : sh.tokens) {
       INFO(fmt::format("{} E={} K={} H={} I={} tile '{}' M={}", to_string(sh.format), sh.experts, sh.top_k, sh.hidden,
                        sh.intermediate, sh.tile, m));
-      REQUIRE(runtime().plan(*layer, m).kernels.front().kind == KernelKind::decode_pipe);
+      REQUIRE(runtime().plan(*layer, m, Family::decode).kernels.front().kind == KernelKind::decode_pipe);
       HostInputs in = make_random_inputs(spec, m, ++seed, true);
       DeviceInputs d = upload_inputs(runtime(), *layer, in, m);
-      const auto first = run_poisoned(runtime(), *layer, d, m);
+      const auto first = run_decode(runtime(), *layer, d, m);
       check_agreement(compare(to_float(first), reference_forward(host, in).out_f64), /*with_cosine=*/true);
-      CHECK(run_poisoned(runtime(), *layer, d, m) == first);
+      CHECK(run_decode(runtime(), *layer, d, m) == first);
     }
   }
 }
@@ -341,12 +347,12 @@ TEST_CASE("L2 prefetch distances change no output bit", "[gpu][variants][prefetc
           ::setenv("MOEJIT_DECODE_FC2", fc2, 1);
           ::setenv("MOEJIT_DECODE_TILE_FC1", "w4d1f0", 1);
           ::setenv("MOEJIT_DECODE_TILE_FC2", "w4d2p2f0", 1);
-          const auto none = run_poisoned(runtime(), *layer, d, m);
+          const auto none = run_decode(runtime(), *layer, d, m);
           for (const char* ahead : {"f1", "f3", "f16"}) {
             ::setenv("MOEJIT_DECODE_TILE_FC1", fmt::format("w4d1{}", ahead).c_str(), 1);
             ::setenv("MOEJIT_DECODE_TILE_FC2", fmt::format("w4d2p2{}", ahead).c_str(), 1);
-            REQUIRE(runtime().plan(*layer, m).kernels.back().l2_ahead > 0);
-            CHECK(run_poisoned(runtime(), *layer, d, m) == none);
+            REQUIRE(runtime().plan(*layer, m, Family::decode).kernels.back().l2_ahead > 0);
+            CHECK(run_decode(runtime(), *layer, d, m) == none);
           }
           check_agreement(compare(to_float(none), reference_forward(host, in).out_f64), /*with_cosine=*/false);
         }
@@ -364,10 +370,10 @@ TEST_CASE("FC2-sum spread over several CTAs per slab matches the reference", "[g
       [](const HostLayer& host, const PreparedLayer& layer, const HostInputs& in, DeviceInputs& d, int m,
          const char* tile) {
         ::setenv("MOEJIT_DECODE_TILE_FC2", tile, 1);
-        REQUIRE(runtime().plan(layer, m).kernels.back().groups > 1);
-        const auto out = run_poisoned(runtime(), layer, d, m);
-        CHECK(run_poisoned(runtime(), layer, d, m) == out);
-        CHECK(run_poisoned(runtime(), layer, d, m) == out);
+        REQUIRE(runtime().plan(layer, m, Family::decode).kernels.back().groups > 1);
+        const auto out = run_decode(runtime(), layer, d, m);
+        CHECK(run_decode(runtime(), layer, d, m) == out);
+        CHECK(run_decode(runtime(), layer, d, m) == out);
         check_agreement(compare(to_float(out), reference_forward(host, in).out_f64), /*with_cosine=*/false);
       });
 }
@@ -388,13 +394,13 @@ TEST_CASE("FC2-sum over two slabs per CTA gives the bits of one slab per CTA", "
         two.insert(at == std::string::npos ? two.size() : at, "s2");
         INFO("two slabs: " << two);
         ::setenv("MOEJIT_DECODE_TILE_FC2", tile, 1);
-        REQUIRE(runtime().plan(layer, m).kernels.back().slabs == 1);
-        const auto out_one = run_poisoned(runtime(), layer, d, m);
+        REQUIRE(runtime().plan(layer, m, Family::decode).kernels.back().slabs == 1);
+        const auto out_one = run_decode(runtime(), layer, d, m);
         ::setenv("MOEJIT_DECODE_TILE_FC2", two.c_str(), 1);
-        REQUIRE(runtime().plan(layer, m).kernels.back().slabs == 2);
-        const auto out_two = run_poisoned(runtime(), layer, d, m);
+        REQUIRE(runtime().plan(layer, m, Family::decode).kernels.back().slabs == 2);
+        const auto out_two = run_decode(runtime(), layer, d, m);
         CHECK(out_two == out_one);
-        CHECK(run_poisoned(runtime(), layer, d, m) == out_two);
+        CHECK(run_decode(runtime(), layer, d, m) == out_two);
         check_agreement(compare(to_float(out_two), reference_forward(host, in).out_f64), /*with_cosine=*/false);
       });
 }
@@ -420,11 +426,11 @@ TEST_CASE("a staged x row changes no output bit", "[gpu][variants][staged]") {
           if (twice) in.topk_ids[1] = spec.expert_begin + 2, in.topk_ids[2] = spec.expert_begin + 2;
           DeviceInputs d = upload_inputs(runtime(), *layer, in, 1);
           ::setenv("MOEJIT_DECODE_TILE_FC1", fmt::format("{}x0", tile).c_str(), 1);
-          REQUIRE(!runtime().plan(*layer, 1).kernels.front().x_staged);
-          const auto loaded = run_poisoned(runtime(), *layer, d, 1);
+          REQUIRE(!runtime().plan(*layer, 1, Family::decode).kernels.front().x_staged);
+          const auto loaded = run_decode(runtime(), *layer, d, 1);
           ::setenv("MOEJIT_DECODE_TILE_FC1", fmt::format("{}x1", tile).c_str(), 1);
-          REQUIRE(runtime().plan(*layer, 1).kernels.front().x_staged);
-          const auto staged = run_poisoned(runtime(), *layer, d, 1);
+          REQUIRE(runtime().plan(*layer, 1, Family::decode).kernels.front().x_staged);
+          const auto staged = run_decode(runtime(), *layer, d, 1);
           CHECK(staged == loaded);
           check_agreement(compare(to_float(staged), reference_forward(host, in).out_f64), /*with_cosine=*/false);
         }
@@ -442,7 +448,7 @@ TEST_CASE("ids outside the local range contribute nothing; all-invalid rows are 
   }
   in.topk_ids[2 * spec.top_k] = spec.expert_begin - 1;
   DeviceInputs d = upload_inputs(runtime(), *layer, in, in.tokens);
-  auto out = run_poisoned(runtime(), *layer, d, in.tokens);
+  auto out = run_decode(runtime(), *layer, d, in.tokens);
   for (int h = 0; h < spec.hidden; ++h) {
     CHECK(out[h] == 0);
     CHECK(out[spec.hidden + h] == 0);
@@ -454,7 +460,7 @@ TEST_CASE("ids outside the local range contribute nothing; all-invalid rows are 
   // Every id invalid: the whole output is written, with zeros.
   for (auto& id : in.topk_ids) id = -1;
   DeviceInputs d2 = upload_inputs(runtime(), *layer, in, in.tokens);
-  auto zeros = run_poisoned(runtime(), *layer, d2, in.tokens);
+  auto zeros = run_decode(runtime(), *layer, d2, in.tokens);
   for (auto v : zeros) CHECK(v == 0);
 }
 
@@ -466,7 +472,7 @@ TEST_CASE("the tolerance catches wrong kernels", "[gpu][tolerance]") {
   auto run = [&](const HostLayer& device_layer) {
     auto layer = runtime().prepare(device_layer);
     DeviceInputs d = upload_inputs(runtime(), *layer, in, in.tokens);
-    return compare(to_float(run_poisoned(runtime(), *layer, d, in.tokens)), ref.out_f64);
+    return compare(to_float(run_decode(runtime(), *layer, d, in.tokens)), ref.out_f64);
   };
   CHECK(run(host).rel_l2 < kRelL2Tolerance);
   HostLayer swapped = host;  // gate and up exchanged
@@ -491,13 +497,14 @@ TEST_CASE("graph replay equals eager execution and runs are bit-identical", "[gp
   const int m = 33;
   HostInputs in = make_random_inputs(spec, m, 22, true);
   DeviceInputs d = upload_inputs(rt, *layer, in, m);
-  rt.prewarm(*layer, m);
-  auto eager1 = run_poisoned(rt, *layer, d, m);
-  auto eager2 = run_poisoned(rt, *layer, d, m);
+  rt.prewarm(*layer, m, Family::decode);
+  auto eager1 = run_decode(rt, *layer, d, m);
+  auto eager2 = run_decode(rt, *layer, d, m);
   CHECK(eager1 == eager2);
 
   OwnedStream stream;
   ForwardArgs a = args_for(d, m);
+  a.force = Family::decode;
   a.stream = stream.get();
   const CapturedGraph graph(stream.get(), CU_STREAM_CAPTURE_MODE_GLOBAL, [&] { rt.forward(*layer, a); });
   for (int rep = 0; rep < 3; ++rep) {
@@ -530,6 +537,7 @@ TEST_CASE("forwards alternating two inputs on one workspace reproduce their outp
       auto run = [&](DeviceInputs& d) {
         d.out.fill_bytes(0xFF);
         ForwardArgs args = args_for(d, m);
+        args.force = Family::decode;
         args.workspace = a.workspace.ptr();  // one workspace for both input sets
         rt.forward(*layer, args);
         return d.out.to_vector<uint16_t>(static_cast<size_t>(m) * spec.hidden);
@@ -577,6 +585,7 @@ TEST_CASE("forward during stream capture refuses to compile or load, and works a
   DeviceInputs d = upload_inputs(fresh, *layer, in, m);
   OwnedStream stream;
   ForwardArgs a = args_for(d, m);
+  a.force = Family::decode;
   a.stream = stream.get();
 
   // The capture is ended (and its partial graph dropped) when forward throws inside it.
@@ -586,8 +595,8 @@ TEST_CASE("forward during stream capture refuses to compile or load, and works a
   check(driver().cuStreamIsCapturing(stream.get(), &status), "cuStreamIsCapturing");
   CHECK(status == CU_STREAM_CAPTURE_STATUS_NONE);
 
-  fresh.prewarm(*layer, m);
-  auto eager = run_poisoned(fresh, *layer, d, m);
+  fresh.prewarm(*layer, m, Family::decode);
+  auto eager = run_decode(fresh, *layer, d, m);
   const CapturedGraph graph(stream.get(), CU_STREAM_CAPTURE_MODE_RELAXED, [&] { fresh.forward(*layer, a); });
   d.out.fill_bytes(0xFF);
   graph.launch(stream.get());

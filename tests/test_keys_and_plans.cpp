@@ -43,7 +43,7 @@ std::vector<KernelKey> sample_keys() {
   for (Arch a : {Arch::sm_90a, Arch::sm_100a, Arch::sm_120a})
     for (KernelKind kind : {KernelKind::prepare, KernelKind::route, KernelKind::decode_fc1, KernelKind::decode_fc2,
                             KernelKind::decode_fused, KernelKind::decode_fc2_sum, KernelKind::decode_fc1_loop,
-                            KernelKind::decode_fc1_stream})
+                            KernelKind::decode_fc1_stream, KernelKind::batch_fc1, KernelKind::batch_fc2})
       for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4})
         for (Activation act : {Activation::silu, Activation::gelu_tanh, Activation::relu2, Activation::swigluoai})
           for (int variant = 0; variant < 4; ++variant) {
@@ -68,6 +68,10 @@ std::vector<KernelKey> sample_keys() {
             k.x_staged = variant == 0;   // decode_fc1 only; normalization resets it elsewhere
             k.inline_route = variant == 3 || kind == KernelKind::decode_fc2_sum || kind == KernelKind::decode_fc1_loop ||
                              kind == KernelKind::decode_fc1_stream;
+            if (kind == KernelKind::batch_fc1 || kind == KernelKind::batch_fc2) {
+              k.columns = 8;  // batch tiles fill every column behind the route kernel
+              k.inline_route = 0;
+            }
             keys.push_back(k.normalized());
           }
   return keys;
@@ -323,6 +327,7 @@ TEST_CASE("the planner routes inline for few pairs and sizes token tiles for the
 
   CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, kDecodeMaxTokens + 1, 132, Family::decode),
                     Catch::Contains("at most"));
+  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, kMaxTokens + 1, 132), Catch::Contains("at most"));
   CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, -1, 132), Catch::Contains("tokens"));
   CHECK_THROWS_AS(parse_family("prefill-ish"), Error);
 }
@@ -424,7 +429,7 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   // chunks ahead over a K of at most 16 chunks (Qwen3's 12) only.
   for (const LayerSpec* layer : {&s, &ds, &qw}) {
     for (int m : {17, 32, 33, 64, 128, 256}) {
-      const Plan p = make_plan(*layer, Arch::sm_90a, m, 132);
+      const Plan p = make_plan(*layer, Arch::sm_90a, m, 132, Family::decode);  // automatic: batch from the cutover
       INFO(p.describe());
       REQUIRE(p.kernels.size() == 3);
       CHECK(p.kernels[1].ntiles == 1);
@@ -699,4 +704,62 @@ TEST_CASE("keys_for_range covers every plan in the range exactly once", "[planne
   CHECK(set.size() == keys.size());
   for (int m = 1; m <= 64; ++m)
     for (const KernelKey& k : make_plan(s, Arch::sm_90a, m, 132).kernels) CHECK(set.count(k) == 1);
+}
+
+TEST_CASE("the batch family: planned past the cutover, forced anywhere, keys normalized", "[planner][keys][batch]") {
+  const LayerSpec s = gptoss();
+  const int from = batch_from_tokens(s);
+  CHECK(make_plan(s, Arch::sm_90a, from - 1, 132).family == Family::decode);
+  CHECK(from == 192);  // about 6 pairs per expert for gpt-oss-120b's 12.4 MB experts (measured cutover)
+  for (int m : {from, 4096, kMaxTokens}) {
+    INFO("M=" << m);
+    const Plan p = make_plan(s, Arch::sm_90a, m, 132);
+    CHECK(p.family == Family::batch);
+    REQUIRE(p.kernels.size() == 3);
+    CHECK(p.kernels[0].kind == KernelKind::route);
+    CHECK(p.kernels[1].kind == KernelKind::batch_fc1);
+    CHECK(p.kernels[2].kind == KernelKind::batch_fc2);
+    // 6 pairs per expert: one 8-column tile; 32+: the widest.
+    CHECK(p.kernels[1].ntiles == (m == from ? 1 : 8));
+  }
+  // Never while the decode family routes inside its CTAs (a 3-expert layer gets 42 pairs per expert at
+  // M = 64, all 128 pairs routed inline), and never past the decode family's last token count.
+  CHECK(batch_from_tokens(tiny_layer()) == kInlineRouteMaxPairs / tiny_layer().top_k + 1);
+  LayerSpec one_expert = s;
+  one_expert.experts = 1024;
+  one_expert.top_k = 1;
+  CHECK(batch_from_tokens(one_expert) == kDecodeMaxTokens + 1);
+  // Forced at one token: the narrowest tile (one pair per expert on average).
+  const Plan one = make_plan(s, Arch::sm_90a, 1, 132, Family::batch);
+  CHECK(one.family == Family::batch);
+  CHECK(one.kernels.at(1).ntiles == 1);
+  CHECK(parse_family("batch") == Family::batch);
+  CHECK(to_string(Family::batch) == "batch");
+
+  KernelKey k = one.kernels.at(1);
+  k.l2_ahead = 4;
+  CHECK(k.normalized().l2_ahead == 0);  // the copy ring runs ahead, not L2 requests
+  k.depth = 8;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("1..7 chunks"));
+  k = one.kernels.at(1);
+  k.inline_route = 1;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("route kernel"));
+  k = one.kernels.at(1);
+  k.columns = 4;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("columns 8"));
+  k = one.kernels.at(1);
+  k.warps = 17;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("at most 16 warps"));
+  KernelKey fc2 = one.kernels.at(2);
+  CHECK(fc2.activation == Activation::silu);  // FC2 ignores the activation and limit
+  CHECK_FALSE(fc2.limit);
+
+  // The tile override: MOEJIT_BATCH_TILE_FC1 / _FC2.
+  ::setenv("MOEJIT_BATCH_TILE_FC1", "w8n4d1o2", 1);
+  const Plan over = make_plan(s, Arch::sm_90a, 1000, 132);
+  ::unsetenv("MOEJIT_BATCH_TILE_FC1");
+  CHECK(over.kernels.at(1).warps == 8);
+  CHECK(over.kernels.at(1).ntiles == 4);
+  CHECK(over.kernels.at(1).min_blocks == 2);
+  CHECK(over.kernels.at(2).warps == 4);
 }

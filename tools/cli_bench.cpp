@@ -160,7 +160,8 @@ BenchFlush parse_bench_flush(const std::string& s) {
 }
 
 BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string& config_name,
-                      const std::vector<int>& tokens, int replays, uint64_t seed, BenchFlush flush_mode) {
+                      const std::vector<int>& tokens, int replays, uint64_t seed, BenchFlush flush_mode,
+                      Family force) {
   const LayerSpec& spec = layer.spec();
   BenchReport rep;
   rep.flush = flush_mode;
@@ -191,7 +192,7 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
       wts(static_cast<size_t>(max_m) * K * 4), out(static_cast<size_t>(max_m) * H * 2);
   const size_t ws_bytes = rt.workspace_size(layer, max_m);
   DeviceBuffer ws(ws_bytes);
-  rt.prewarm(layer, max_m);  // module loads (and compiles, if anything is missing) outside capture
+  rt.prewarm(layer, max_m, force);  // module loads (and compiles, if anything is missing) outside capture
 
   const auto g1 = detail::fc1_geometry(spec), g2 = detail::fc2_geometry(spec);
   const double per_expert =
@@ -223,6 +224,7 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
     a.workspace = ws.ptr();
     a.workspace_bytes = ws_bytes;
     a.stream = s;
+    a.force = force;
     const size_t out_bytes = static_cast<size_t>(m) * H * 2;
 
     rt.forward(layer, a);
@@ -351,7 +353,8 @@ void write_bench_json(const BenchReport& r, const std::string& path) {
 int cmd_bench(int argc, char** argv) {
   static const CommandSpec spec{
       "bench",
-      "--config NAME|PATH [--tokens LIST] [--replays N] [--flush read|write] [--json PATH] [--seed N] [--jobs N]",
+      "--config NAME|PATH [--tokens LIST] [--replays N] [--flush read|write] [--family auto|decode|batch] [--json PATH]\n"
+      "      [--seed N] [--jobs N]",
       "time layers in CUDA graphs",
       "Times forward for each M inside a CUDA graph with a cold L2 (a scratch buffer of 2x the L2 size is read, or\n"
       "written with --flush write, before every replay, outside the timed events) and prints the median next to the\n"
@@ -365,6 +368,7 @@ int cmd_bench(int argc, char** argv) {
        {"tokens", "LIST", "token counts M (default 1,2,4,8,16,32,64)"},
        {"replays", "N", "timed graph replays per M (default 100)"},
        {"flush", "read|write", "how the L2 is emptied before each replay: read (default) or write 2x the L2 size"},
+       {"family", "F", "auto (default), decode or batch: force a kernel family (fails if it cannot serve M)"},
        {"json", "PATH", "also write the rows as JSON"},
        {"seed", "N", "random seed (default 1)"},
        {"jobs", "N", "prewarm worker processes (default: number of CPUs)"}},
@@ -375,11 +379,17 @@ int cmd_bench(int argc, char** argv) {
     return kExitOk;
   }
   const ModelConfig cfg = config_from_args(args);
-  const std::vector<int> tokens = args.int_list("tokens", {1, 2, 4, 8, 16, 32, 64}, 1, kDecodeMaxTokens);
+  const std::vector<int> tokens = args.int_list("tokens", {1, 2, 4, 8, 16, 32, 64}, 1, kMaxTokens);
   const int replays = args.integer("replays", 100, 1, 1000000);
   const int seed = args.integer("seed", 1, 0);
   const BenchFlush flush = parse_bench_flush(args.str("flush", "read"));
   const int jobs = args.integer("jobs", static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), 1, 1024);
+  Family force = Family::automatic;
+  try {
+    force = parse_family(args.str("family", "auto"));
+  } catch (const Error& e) {
+    throw UsageError(fmt::format("--family: {}", e.what()));
+  }
   std::string why;
   if (!gpu_available(&why))
     throw Error(fmt::format("no usable GPU ({}); bench times kernels and needs a CUDA device", why));
@@ -392,7 +402,7 @@ int cmd_bench(int argc, char** argv) {
     arch = probe.arch();
     sms = probe.sm_count();
   }
-  const PrewarmSummary pw = parallel_prewarm(prewarm_keys(local, arch, max_m, sms), jobs);
+  const PrewarmSummary pw = parallel_prewarm(prewarm_keys(local, arch, max_m, sms, force), jobs);
   print_prewarm_summary(pw, fmt::format("{} {}", cfg.name, to_string(arch)));
   if (pw.failed) return kExitFailed;
 
@@ -402,7 +412,7 @@ int cmd_bench(int argc, char** argv) {
     const HostLayer layer = make_random_code_layer(local, static_cast<uint64_t>(seed));
     prepared = rt.prepare(layer);
   }
-  const BenchReport rep = run_bench(rt, *prepared, cfg.name, tokens, replays, static_cast<uint64_t>(seed), flush);
+  const BenchReport rep = run_bench(rt, *prepared, cfg.name, tokens, replays, static_cast<uint64_t>(seed), flush, force);
   print_bench_table(rep);
   if (args.has("json")) write_bench_json(rep, args.str("json"));
   return kExitOk;

@@ -106,7 +106,8 @@ struct PrewarmSummary {
 
 // Every key a layer needs for 1..max_tokens on arch (keys_for_range plus the architecture's prepare
 // kernel, which Runtime::prepare launches).
-std::vector<KernelKey> prewarm_keys(const LayerSpec& spec, Arch arch, int max_tokens, int sm_count);
+std::vector<KernelKey> prewarm_keys(const LayerSpec& spec, Arch arch, int max_tokens, int sm_count,
+                                    Family force = Family::automatic);
 // Compiles keys into the on-disk cache in `jobs` forked worker processes (NVRTC serializes compiles
 // inside one process, so processes are what scales). Keys are handed out one at a time, so a slow
 // kernel never stalls a worker's share. Draws a progress line on stderr. Must be called before this
@@ -161,7 +162,8 @@ struct BenchReport {
 
 // Times runtime.forward inside a CUDA graph for every M of tokens (cold L2 before each replay).
 BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string& config_name,
-                      const std::vector<int>& tokens, int replays, uint64_t seed, BenchFlush flush);
+                      const std::vector<int>& tokens, int replays, uint64_t seed, BenchFlush flush,
+                      Family force = Family::automatic);
 void print_bench_table(const BenchReport& r);
 void write_bench_json(const BenchReport& r, const std::string& path);
 

@@ -130,7 +130,7 @@ int cmd_demo(int argc, char** argv) {
   }
   const ModelConfig cfg = config_from_args(args);
   const int jobs = args.integer("jobs", static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), 1, 1024);
-  const int max_m = args.integer("max-tokens", 64, 1, kDecodeMaxTokens);
+  const int max_m = args.integer("max-tokens", 64, 1, kMaxTokens);
   const int replays = args.integer("replays", 100, 1, 1000000);
   const int seed = args.integer("seed", 1, 0);
   const LayerSpec local = cfg.local();

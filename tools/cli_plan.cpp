@@ -57,7 +57,7 @@ void print_plan_table(const LayerSpec& spec, Arch arch, int sm_count, const std:
 int cmd_plan(int argc, char** argv) {
   static const CommandSpec spec{
       "plan",
-      "--config NAME|PATH [--arch ARCH] [--sm-count N] [--max-tokens N] [--tokens LIST] [--family auto|decode]",
+      "--config NAME|PATH [--arch ARCH] [--sm-count N] [--max-tokens N] [--tokens LIST] [--family auto|decode|batch]",
       "show the planner's choice for each M",
       "Prints, for each token count M, the kernel family and the kernel keys (in launch order) the planner picks\n"
       "for the config's local layer; consecutive M with the same plan are merged into a range. Pure host code:\n"
@@ -67,7 +67,7 @@ int cmd_plan(int argc, char** argv) {
        {"sm-count", "N", "SM count (default: the GPU's, else 132)"},
        {"max-tokens", "N", "show M = 1..N (default 64)"},
        {"tokens", "LIST", "show these M instead, e.g. 1,2,4 or 1-8,16"},
-       {"family", "F", "force a family: auto (default) or decode"}},
+       {"family", "F", "force a family: auto (default), decode or batch"}},
       {}};
   Args args(spec, argc, argv, 2);
   if (args.help()) {

@@ -95,8 +95,8 @@ struct Worker {
 
 }  // namespace
 
-std::vector<KernelKey> prewarm_keys(const LayerSpec& spec, Arch arch, int max_tokens, int sm_count) {
-  std::vector<KernelKey> keys = keys_for_range(spec, arch, max_tokens, sm_count);
+std::vector<KernelKey> prewarm_keys(const LayerSpec& spec, Arch arch, int max_tokens, int sm_count, Family force) {
+  std::vector<KernelKey> keys = keys_for_range(spec, arch, max_tokens, sm_count, force);
   KernelKey prep;
   prep.kind = KernelKind::prepare;
   prep.arch = arch;
@@ -296,7 +296,7 @@ int cmd_prewarm(int argc, char** argv) {
     return kExitOk;
   }
   const ModelConfig cfg = config_from_args(args);
-  const int max_tokens = args.integer("max-tokens", 64, 1, kDecodeMaxTokens);
+  const int max_tokens = args.integer("max-tokens", 64, 1, kMaxTokens);
   const int ncpu = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int jobs = args.integer("jobs", ncpu, 1, 1024);
   std::string note;

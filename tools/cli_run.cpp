@@ -59,7 +59,7 @@ void check_inputs_match(const LayerSpec& spec, const HostInputs& in, const std::
 int cmd_run(int argc, char** argv) {
   static const CommandSpec spec{
       "run",
-      "--layer L.safetensors --input I.safetensors --output O.safetensors [--check] [--family auto|decode]",
+      "--layer L.safetensors --input I.safetensors --output O.safetensors [--check] [--family auto|decode|batch]",
       "run one layer",
       fmt::format(
           "Runs one MoE layer on the GPU: the layer file holds the logical weights (DESIGN §3: w13/w1, w2, scales,\n"
@@ -74,7 +74,7 @@ int cmd_run(int argc, char** argv) {
        {"input", "PATH", "input file (.safetensors)"},
        {"output", "PATH", "output file to write (.safetensors)"},
        {"check", "", "compare with the CPU reference (tolerance above); exit 1 when outside it"},
-       {"family", "F", "auto (default) or decode: force a kernel family (fails if it cannot serve M)"}},
+       {"family", "F", "auto (default), decode or batch: force a kernel family (fails if it cannot serve M)"}},
       {}};
   Args args(spec, argc, argv, 2);
   if (args.help()) {

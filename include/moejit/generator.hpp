@@ -22,6 +22,8 @@ GeneratedSource generate_source(const KernelKey& key);
 
 // CTAs per SM a decode kernel's register cap is built for (__launch_bounds__' second argument): the
 // key's min_blocks, else at least 512 resident threads per SM (1 for wide token tiles).
+// Dynamic shared memory of a batch kernel: depth + 1 stages of its copy ring (templates/moe_batch.cuh).
+int batch_dynamic_smem(const KernelKey& key);
 int decode_ctas_per_sm(const KernelKey& key);
 // Threads per CTA of a key's kernel (decode_fc1_stream: its warps plus the producer warp; decode_pipe:
 // its FC1 consumer warps, the producer warp and its `groups` FC2 warps). Pure.

@@ -17,9 +17,12 @@ namespace moejit {
 // chunks per consumer warp and stage); decode_fused is FC1 and FC2 in one cooperative launch with a grid
 // barrier (MOEJIT_DECODE_LAUNCH=cooperative, for comparison); decode_pipe is FC1 and FC2 in one
 // co-resident launch pipelined by expert slot (templates/moe_decode_pipe.cuh: warps = FC1 consumer
-// warps, depth = FC1 ring stages, parts = chunks per consumer warp and stage, groups = FC2 warps).
+// warps, depth = FC1 ring stages, parts = chunks per consumer warp and stage, groups = FC2 warps). The batch
+// family is route + batch_fc1 + batch_fc2 (templates/moe_batch.cuh: a CTA multiplies `warps` 16-row slabs
+// of one expert by a tile of 8 * ntiles of its pairs staged in shared memory; batch_fc2's module also
+// holds the top-k combine).
 enum class KernelKind { prepare, route, decode_fc1, decode_fc2, decode_fused, decode_fc2_sum, decode_fc1_loop,
-                        decode_fc1_stream, decode_pipe };
+                        decode_fc1_stream, decode_pipe, batch_fc1, batch_fc2 };
 std::string_view to_string(KernelKind k);
 KernelKind parse_kernel_kind(std::string_view s);
 

@@ -8,7 +8,7 @@
 
 namespace moejit {
 
-enum class Family { automatic, decode };
+enum class Family { automatic, decode, batch };
 std::string_view to_string(Family f);
 Family parse_family(std::string_view s);
 
@@ -28,6 +28,10 @@ struct Plan {
 
 // Largest M the decode family serves.
 inline constexpr int kDecodeMaxTokens = 256;
+// Largest M one forward serves (the batch family's grids and the workspace's indices stay in range).
+inline constexpr int kMaxTokens = 65536;
+// From this many tokens on, the automatic plan is the batch family (docs/PERFORMANCE.md, "batch family").
+int batch_from_tokens(const LayerSpec& spec);
 // Up to this many (token, slot) pairs the decode kernels may route inside each CTA (no route launch):
 // 64 with two pairs per lane (key field i1), 128 with four (i2), where FC2 sums the top-k in its CTAs.
 inline constexpr int kInlineRouteMaxPairs = 128;

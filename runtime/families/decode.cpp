@@ -44,6 +44,8 @@ void set_planes(Params& p, const DeviceBuffer& w, const DeviceBuffer& s, const D
   p.bias = bias.ptr();
 }
 
+}  // namespace
+
 DecodeFc1Params fc1_params(const ForwardContext& ctx) {
   const LayerSpec& spec = ctx.layer.spec();
   const DevicePtr ws = ctx.args.workspace;
@@ -75,6 +77,8 @@ DecodeFc2Params fc2_params(const ForwardContext& ctx) {
   p.route = routing_args(ctx);
   return p;
 }
+
+namespace {
 
 // Active-slot capacity: the y extent of the two-launch grids.
 unsigned slot_capacity(const ForwardContext& ctx) {

@@ -1,0 +1,51 @@
+// Batch family host side: after the route kernel, FC1, FC2 and the top-k combine, each a programmatic
+// dependent of the kernel before it (each waits for its predecessor before reading its outputs, so only
+// the launch latency overlaps). Grids are sized from the token count alone (no host sync): one CTA per
+// (token tile, row group) of an upper bound on the tiles the routing can produce; CTAs past the real
+// count exit at once (templates/moe_batch.cuh).
+#include <algorithm>
+
+#include "moejit/generator.hpp"
+#include "runtime/families/families.hpp"
+#include "runtime/kernel_params.hpp"
+#include "runtime/launch.hpp"
+
+namespace moejit::detail {
+
+namespace {
+
+// CTAs of a batch grid: the experts' token tiles (at most (pairs + slots * (tile - 1)) / tile, since each
+// of at most `slots` active experts rounds its pairs up to a whole tile) times the row groups.
+unsigned batch_grid(const ForwardContext& ctx, const KernelKey& key, int rows) {
+  const LayerSpec& spec = ctx.layer.spec();
+  const long long pairs = static_cast<long long>(ctx.args.tokens) * spec.top_k;
+  const long long slots = std::min<long long>(pairs, spec.experts);
+  const long long tile = 8LL * key.ntiles;
+  const long long tiles = (pairs + slots * (tile - 1)) / tile;
+  const long long groups = (rows / 16 + key.warps - 1) / key.warps;
+  return static_cast<unsigned>(tiles * groups);
+}
+
+}  // namespace
+
+void launch_batch(const ForwardContext& ctx, const KernelKey& fc1_key, const KernelKey& fc2_key) {
+  const LayerSpec& spec = ctx.layer.spec();
+  DecodeFc1Params p1 = fc1_params(ctx);
+  launch(ctx.modules.function(fc1_key, ctx.stream),
+         LaunchShape{batch_grid(ctx, fc1_key, spec.intermediate), 1, 1, static_cast<unsigned>(fc1_key.warps * 32),
+                     static_cast<unsigned>(batch_dynamic_smem(fc1_key))},
+         ctx.stream, &p1, /*programmatic_dependent=*/true);
+  DecodeFc2Params p2 = fc2_params(ctx);
+  launch(ctx.modules.function(fc2_key, ctx.stream),
+         LaunchShape{batch_grid(ctx, fc2_key, spec.hidden), 1, 1, static_cast<unsigned>(fc2_key.warps * 32),
+                     static_cast<unsigned>(batch_dynamic_smem(fc2_key))},
+         ctx.stream, &p2, /*programmatic_dependent=*/true);
+  // Four outputs per thread, a grid-stride loop over at most 16 CTAs of 256 threads per SM.
+  const long long quads = static_cast<long long>(ctx.args.tokens) * (spec.hidden / 4);
+  const unsigned combine_grid =
+      static_cast<unsigned>(std::clamp<long long>((quads + 255) / 256, 1, 16LL * std::max(ctx.sm_count, 1)));
+  launch(ctx.modules.function(fc2_key, ctx.stream, "_combine"), LaunchShape{combine_grid, 1, 1, 256, 0}, ctx.stream,
+         &p2, /*programmatic_dependent=*/true);
+}
+
+}  // namespace moejit::detail

@@ -1,0 +1,336 @@
+// Batch family (M medium and large): the decode family's inner product with the token side widened.
+//
+// A CTA owns kWarps adjacent 16-row slabs of one expert (one per warp, FC1's gate and up rows together)
+// and a tile of kTile = 8 * kNT of that expert's pairs (tokens on the narrow N side of m16n8k16, "swap
+// AB"). Per 64-wide K chunk the CTA stages its tile's activation rows in shared memory once (times 2^64,
+// the MMA scaling of fp4_decode.cuh), and every warp decodes its slab's FP4 words once and multiplies them
+// against all kNT column tiles, so one decode serves kTile tokens instead of 8. Activations, weights and
+// scales stream through a ring of shared-memory stages by cp.async, `depth` chunks ahead of the one
+// computed; the CTAs that share a slab group run next to each other in the grid (their tiles are
+// consecutive), so the weights come from the L2 after the first of them.
+//
+// Tile assignment is fixed at launch: the grid has one CTA per (token tile, row group) of an upper bound
+// on the tile count (pairs / kTile + active experts), and each CTA finds its (slot, tile) in the route
+// kernel's lists; CTAs past the real count exit. Every sum has a fixed order (K in chunk order inside the
+// MMA accumulators, the top-k in slot order in batch_combine), so results are bit-reproducible.
+#pragma once
+#include "moe_decode_fc1.cuh"
+#include "moe_decode_fc2.cuh"
+#include "bulk_copy.cuh"
+
+// The activation tile in shared memory: kTile rows of one 64-wide chunk, 80 bf16 apart (160 bytes), so the
+// 8-byte pieces that the 16 lanes of an LDS.64 phase read (4 rows x 4 quads) fall on 32 distinct banks.
+inline constexpr int kBatchRowStride = 80;
+
+// Which (slot, token tile, row group) CTA `id` of the batch grid serves: ids are laid out slot by slot,
+// each slot's tiles x row groups with the tile varying fastest. Called by every thread (barrier inside).
+struct BatchTile {
+  int slot;       // active slot, or -1 when the CTA has nothing to do
+  int expert;     // local expert
+  int first;      // the tile's first pair within the slot
+  int count;      // pairs routed to the slot
+  int group;      // row group (kWarps slabs)
+  const i32* pairs;  // the slot's pair indices (route kernel list)
+};
+
+template <int kTile, int kGroups>
+MOEJIT_DEVICE BatchTile batch_tile(const RoutingArgs& r, int id) {
+  __shared__ BatchTile found;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    const int num_active = *r.num_active;
+    BatchTile t{-1, -1, 0, 0, 0, nullptr};
+    int before = 0;  // CTAs of the slots already scanned
+    for (int base = 0; base < num_active; base += 32) {
+      const int s = base + lane;
+      int ctas = 0, off = 0, end = 0;
+      if (s < num_active) {
+        off = r.active_offset[s];
+        end = r.active_offset[s + 1];
+        ctas = (end - off + kTile - 1) / kTile * kGroups;
+      }
+      int incl = ctas;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= d) incl += v;
+      }
+      const int excl = before + incl - ctas;
+      const u32 hit = __ballot_sync(0xffffffffu, s < num_active && id >= excl && id < excl + ctas);
+      if (hit) {
+        const int src = __ffs(hit) - 1;
+        const int local = __shfl_sync(0xffffffffu, id - excl, src);
+        const int o = __shfl_sync(0xffffffffu, off, src), e = __shfl_sync(0xffffffffu, end, src);
+        const int tiles = (e - o + kTile - 1) / kTile;
+        t.slot = base + src;
+        t.expert = r.active_expert[t.slot];
+        t.first = local % tiles * kTile;
+        t.group = local / tiles;
+        t.count = e - o;
+        t.pairs = r.pair_index + o;
+        break;
+      }
+      before = __shfl_sync(0xffffffffu, before + incl, 31);
+    }
+    if (lane == 0) found = t;
+  }
+  __syncthreads();
+  return found;
+}
+
+// The block scales of rows g and g + 8 as bf16x2 multipliers of the placed weights (fp4_decode.cuh: e2m1
+// value x 2^-126): each is the scale x 2^62, so a placed weight times it is e2m1 x scale x 2^-64, and with
+// the activations times 2^64 (as the decode family feeds them) the MMA sums true products. Exact in bf16 for
+// every NVFP4 scale (e4m3 x 2^62: 4 significant bits) and for MXFP4 codes 59..192 (scales 2^-68 .. 2^65);
+// code 0 gives 0 and codes above 192 infinity, as in block_scales. Both halves carry the same value.
+template <bool kNvfp4>
+MOEJIT_DEVICE void batch_row_scales(u32x2 packed, int block, u32& sg, u32& sg8) {
+  if (kNvfp4) {
+    float a, b;
+    block_scales<true>(packed, block, a, b);
+    const u32 ha = f32_to_bf16(a * 4.611686018427388e18f), hb = f32_to_bf16(b * 4.611686018427388e18f);
+    sg = ha | (ha << 16);
+    sg8 = hb | (hb << 16);
+  } else {
+    const u32 cg = (packed.x >> (16 * block)) & 0xFFu, cg8 = (packed.x >> (16 * block + 8)) & 0xFFu;
+    const u32 bg = cg == 0 ? 0u : cg > 192 ? 0x7F80u : (cg + 62) << 7;
+    const u32 bg8 = cg8 == 0 ? 0u : cg8 > 192 ? 0x7F80u : (cg8 + 62) << 7;
+    sg = bg | (bg << 16);
+    sg8 = bg8 | (bg8 << 16);
+  }
+}
+
+// One 64-wide chunk of a slab against kNT column tiles: per k16 step and matrix, the word is decoded, its
+// four A registers are multiplied by their rows' block scales (batch_row_scales), and the MMAs accumulate
+// straight into acc. Per MMA that leaves ~3 other instructions (decode and scale shared by kNT MMAs),
+// where chunk_mma's fp32 block-scale FMAs cost 4 per MMA.
+template <bool kNvfp4, int kMats, int kNT, bool kScaleB, typename XPiece>
+MOEJIT_DEVICE void batch_chunk_mma(const u32x4 (&wc)[kMats], const u32x2 (&sc)[kMats], int live_tiles,
+                                   float (&acc)[kNT][kMats][4], XPiece x_piece) {
+  constexpr int kStepsPerBlock = kNvfp4 ? 1 : 2;  // MXFP4 blocks span two k16 steps
+  u32 sg[kMats], sg8[kMats];
+#pragma unroll
+  for (int st = 0; st < 4; ++st) {
+    u32x2 xv[kNT];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const u32x2 v = x_piece(nt, st);
+      xv[nt] = kScaleB ? u32x2{bf16x2_mul(v.x, kActScaleBf16x2), bf16x2_mul(v.y, kActScaleBf16x2)} : v;
+    }
+#pragma unroll
+    for (int m = 0; m < kMats; ++m) {
+      if (st % kStepsPerBlock == 0) batch_row_scales<kNvfp4>(sc[m], st / kStepsPerBlock, sg[m], sg8[m]);
+      const u32 word = st == 0 ? wc[m].x : st == 1 ? wc[m].y : st == 2 ? wc[m].z : wc[m].w;
+      u32 a[4];
+      fp4_decode_word(word, a);
+      a[0] = bf16x2_mul(a[0], sg[m]);
+      a[1] = bf16x2_mul(a[1], sg8[m]);
+      a[2] = bf16x2_mul(a[2], sg[m]);
+      a[3] = bf16x2_mul(a[3], sg8[m]);
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+        if (nt == 0 || nt < live_tiles) mma_bf16_16816(acc[nt][m], a, xv[nt].x, xv[nt].y);
+    }
+  }
+}
+
+// Which of the two chunk products a tile uses: from 4 column tiles (32 pairs) on, the weights are scaled
+// once per step and matrix and shared by 4-8 MMAs (batch_chunk_mma); narrower tiles apply the block scales
+// to the fp32 MMA results as the decode family does (chunk_mma), which costs less there (gpt-oss-120b
+// M = 256, one column tile, 662 against 839 us; docs/PERFORMANCE.md, "batch family").
+template <int kNT>
+inline constexpr bool kBatchScaledWeights = kNT >= 4;
+
+// The fp32 multiplier of a slab's sums: NVFP4's global scale, times the 2^62 correction of the placed
+// weights when the block scales were applied to the fp32 results (chunk_mma's products are x * w * 2^-62).
+template <bool kNvfp4, int kNT>
+MOEJIT_DEVICE float batch_output_scale(const float* gscale, int e) {
+  const float g = kNvfp4 ? gscale[e] : 1.f;
+  return kBatchScaledWeights<kNT> ? g : g * kAccScale;
+}
+
+// One stage of the CTA's copy ring: the chunk's activation tile (kTile rows, 80 bf16 apart), then each warp's
+// weight runs (kMats x 32 lanes x 16 bytes) and scale bytes (kMats x ScaleGeometry::kBytesPerChunk).
+// Mirrored on the host by batch_dynamic_smem() (generator.cpp); the generated source checks the size.
+template <bool kNvfp4, int kMats, int kWarps, int kNT>
+struct BatchStage {
+  static constexpr int kTile = 8 * kNT;
+  static constexpr int kScaleChunk = ScaleGeometry<kNvfp4>::kBytesPerChunk;
+  static constexpr int kActBytes = kTile * kBatchRowStride * 2;
+  static constexpr int kWeightBytes = kWarps * kMats * 512;
+  static constexpr int kBytes = kActBytes + kWeightBytes + kWarps * kMats * kScaleChunk;
+};
+
+// The tile's product for one warp's slab: acc[nt][m] = sum over K of W[m] (16 rows) x tile columns of
+// n-tile nt, with the block scales applied as kBatchScaledWeights picks (times batch_output_scale). Chunks stream through kStages stages of
+// shared memory by cp.async (kStages - 1 chunks in flight while one is computed): rows of the tile (pairs
+// past its end repeat its last pair; their MMA columns are never stored), the warps' weight runs and scale
+// bytes. kScaleB: multiply the activation pieces by 2^64 on use (the layer input; FC1's output is stored
+// multiplied). has_slab: the warp's slab exists (the last row group may be partial); a warp without one
+// copies only its share of the activation tile and meets every barrier.
+template <bool kNvfp4, int kK, int kMats, int kWarps, int kNT, int kStages, bool kScaleB, typename RowOf>
+MOEJIT_DEVICE void batch_slab_mma(const u32x4* w, const u8* s, bool has_slab, int live_tiles, RowOf row_of, u8* smem,
+                                  float (&acc)[kNT][kMats][4]) {
+  using SG = ScaleGeometry<kNvfp4>;
+  using Stage = BatchStage<kNvfp4, kMats, kWarps, kNT>;
+  constexpr int kChunks = (kK + 63) / 64;
+  constexpr int kThreads = kWarps * 32;
+  constexpr int kActPieces = Stage::kTile * 8;
+  constexpr int kScalePieces = kMats * Stage::kScaleChunk / 16;
+  static_assert(kStages >= 2, "a ring of at least two stages");
+  const int lane = lane_id(), warp = threadIdx.x >> 5, g = lane >> 2, c4 = lane & 3;
+  const u32 ring = shared_address(smem);
+  zero_accumulators(acc);
+
+  auto issue = [&](int stage, int chunk) {
+    const u32 base = ring + stage * Stage::kBytes;
+#pragma unroll
+    for (int i = 0; i < (kActPieces + kThreads - 1) / kThreads; ++i) {
+      const int piece = threadIdx.x + i * kThreads;
+      if (kActPieces % kThreads == 0 || piece < kActPieces) {
+        const int row = piece >> 3, col = (piece & 7) * 8, k = chunk * 64 + col;
+        const bool in_k = kK % 64 == 0 || k < kK;
+        const u16* src = row_of(row) + (in_k ? k : 0);
+        cp_async_16(base + (row * kBatchRowStride + col) * 2, src, in_k ? 16 : 0);
+      }
+    }
+    if (has_slab) {
+#pragma unroll
+      for (int m = 0; m < kMats; ++m)
+        cp_async_16(base + Stage::kActBytes + ((warp * kMats + m) * 32 + lane) * 16, w + (chunk * kMats + m) * 32, 16);
+      if (lane < kScalePieces)
+        cp_async_16(base + Stage::kActBytes + Stage::kWeightBytes + warp * kMats * Stage::kScaleChunk + lane * 16,
+                    s + chunk * kMats * Stage::kScaleChunk + lane * 16, 16);
+    }
+  };
+
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < kChunks) issue(st, st);
+    cp_async_commit();
+  }
+  int stage = 0;
+#pragma unroll 1
+  for (int chunk = 0; chunk < kChunks; ++chunk) {
+    cp_async_wait_group<kStages - 2>();
+    __syncthreads();  // the chunk's copies are visible to every warp, and stage (chunk - 1) is free again
+    const int next = chunk + kStages - 1;
+    if (next < kChunks) issue(next % kStages, next);
+    cp_async_commit();
+    if (has_slab) {
+      const u8* at = smem + stage * Stage::kBytes;
+      const u16* tile = reinterpret_cast<const u16*>(at);
+      const u32x4* wr = reinterpret_cast<const u32x4*>(at + Stage::kActBytes) + warp * kMats * 32 + lane;
+      const u8* sr = at + Stage::kActBytes + Stage::kWeightBytes + warp * kMats * Stage::kScaleChunk + g * SG::kBytesPerLane;
+      u32x4 wc[kMats];
+      u32x2 sc[kMats];
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) {
+        wc[m] = wr[m * 32];
+        sc[m] = kNvfp4 ? *reinterpret_cast<const u32x2*>(sr + m * Stage::kScaleChunk)
+                       : u32x2{*reinterpret_cast<const u32*>(sr + m * Stage::kScaleChunk), 0u};
+      }
+      auto piece = [&](int nt, int st) {
+        return *reinterpret_cast<const u32x2*>(tile + (nt * 8 + g) * kBatchRowStride + st * 16 + 4 * c4);
+      };
+      if constexpr (kBatchScaledWeights<kNT>)
+        batch_chunk_mma<kNvfp4, kMats, kNT, kScaleB>(wc, sc, live_tiles, acc, piece);
+      else
+        chunk_mma<kNvfp4, kMats, kNT, 8, kScaleB>(wc, sc, live_tiles, acc, piece);
+    }
+    stage = stage + 1 == kStages ? 0 : stage + 1;
+  }
+  cp_async_wait_all();
+}
+
+// FC1: act[q, :] = activation(x[token(q)] . W13[e]^T + b13[e]) as bf16 times 2^64, as decode_fc1 writes it.
+template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kH, int kI, int kWarps, int kNT, int kStages>
+__device__ void moe_batch_fc1(const DecodeFc1Params& p) {
+  constexpr int kMats = kAct == kActRelu2 ? 1 : 2;
+  constexpr int kChunks = (kH + 63) / 64;
+  constexpr int kSlabs = kI / 16;
+  constexpr int kGroups = (kSlabs + kWarps - 1) / kWarps;
+  constexpr int kTile = 8 * kNT;
+  extern __shared__ __align__(16) u8 batch_ring[];
+  pdl_wait_primary();  // the route kernel's lists
+  pdl_launch_dependents();
+  const BatchTile t = batch_tile<kTile, kGroups>(p.route, blockIdx.x);
+  if (t.slot < 0) return;
+  const int warp = threadIdx.x >> 5;
+  const int slab = t.group * kWarps + warp;
+  const bool has_slab = slab < kSlabs;
+  const SlabOperands ops =
+      slab_operands<kNvfp4, kChunks, kMats, kSlabs>(p.w, p.s, p.gscale, t.expert, has_slab ? slab : 0);
+  const int in_tile = min(kTile, t.count - t.first);
+  const int live = (in_tile + 7) / 8;
+  auto row_of = [&](int r) {
+    const int q = t.pairs[t.first + min(r, in_tile - 1)];
+    return p.x + (size_t)(q / p.route.top_k) * kH;
+  };
+  float acc[kNT][kMats][4];
+  batch_slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kStages, true>(ops.w, ops.s, has_slab, live, row_of, batch_ring, acc);
+  if (!has_slab) return;
+  const ExpertWork work{0, t.expert, t.count, t.pairs};
+  fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, 8>(p, work, slab, t.first, live, acc,
+                                                         batch_output_scale<kNvfp4, kNT>(p.gscale, t.expert));
+}
+
+// FC2: partial[q, :] = w_q * (act[q] . W2[e]^T + b2[e]) in fp32 for every pair; batch_combine sums them.
+template <bool kNvfp4, bool kBias, int kH, int kI, int kWarps, int kNT, int kStages>
+__device__ void moe_batch_fc2(const DecodeFc2Params& p) {
+  constexpr int kChunks = (kI + 63) / 64;
+  constexpr int kSlabs = kH / 16;
+  constexpr int kGroups = (kSlabs + kWarps - 1) / kWarps;
+  constexpr int kTile = 8 * kNT;
+  extern __shared__ __align__(16) u8 batch_ring[];
+  pdl_wait_primary();  // FC1's activations (and, through FC1's own wait, the route lists)
+  pdl_launch_dependents();
+  const BatchTile t = batch_tile<kTile, kGroups>(p.route, blockIdx.x);
+  if (t.slot < 0) return;
+  const int warp = threadIdx.x >> 5;
+  const int slab = t.group * kWarps + warp;
+  const bool has_slab = slab < kSlabs;
+  const SlabOperands ops = slab_operands<kNvfp4, kChunks, 1, kSlabs>(p.w, p.s, p.gscale, t.expert, has_slab ? slab : 0);
+  const int in_tile = min(kTile, t.count - t.first);
+  const int live = (in_tile + 7) / 8;
+  auto row_of = [&](int r) { return p.act + (size_t)t.pairs[t.first + min(r, in_tile - 1)] * kI; };
+  float acc[kNT][1][4];
+  batch_slab_mma<kNvfp4, kI, 1, kWarps, kNT, kStages, false>(ops.w, ops.s, has_slab, live, row_of, batch_ring, acc);
+  if (!has_slab) return;
+  const int e = t.expert;
+  const float gs = batch_output_scale<kNvfp4, kNT>(p.gscale, e);
+  for_each_pass_result<kNT, 8>(t.first, live, t.count, [&](int nt, int i, int tt, int r) {
+    const int row = slab * 16 + r;
+    const int q = t.pairs[tt];
+    float y = acc[nt][0][i] * gs;
+    if (kBias) y += p.bias[(size_t)e * kH + row];
+    p.partial[(size_t)q * kH + row] = p.topk_weights[q] * y;
+  });
+}
+
+// out[m, :] = sum over k = 0..K-1 of partial[m*K + k, :] (pairs routed to a local expert only), in bf16.
+// Four outputs per thread, fp32 sums in slot order.
+template <int kE, int kH>
+__device__ void moe_batch_combine(const DecodeFc2Params& p) {
+  pdl_wait_primary();  // FC2's partial rows
+  const int K = p.route.top_k;
+  const size_t quads = (size_t)p.tokens * (kH / 4);
+  for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < quads; idx += (size_t)gridDim.x * blockDim.x) {
+    const int m = (int)(idx / (kH / 4)), h = (int)(idx % (kH / 4)) * 4;
+    float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+    for (int k = 0; k < K; ++k) {
+      const int q = m * K + k;
+      if (!pair_is_local(p.route, q, kE)) continue;
+      float v0, v1, v2, v3;
+      asm volatile("ld.global.v4.f32 {%0,%1,%2,%3}, [%4];"
+                   : "=f"(v0), "=f"(v1), "=f"(v2), "=f"(v3) : "l"(p.partial + (size_t)q * kH + h));
+      s0 += v0;
+      s1 += v1;
+      s2 += v2;
+      s3 += v3;
+    }
+    u16* o = p.out + (size_t)m * kH + h;
+    const u32 lo = (u32)f32_to_bf16(s0) | ((u32)f32_to_bf16(s1) << 16), hi = (u32)f32_to_bf16(s2) | ((u32)f32_to_bf16(s3) << 16);
+    asm volatile("st.global.v2.u32 [%0], {%1,%2};" ::"l"(o), "r"(lo), "r"(hi) : "memory");
+  }
+}

@@ -1,0 +1,175 @@
+// GPU correctness of the batch family against the fp64 CPU reference (DESIGN §8): every activation x
+// format x bias x limit with the family forced, token counts from one pair per expert to tiles of 64 with
+// ragged ends, row groups and K chunks cut short (H = 96, I = 160), invalid expert ids, every tile shape
+// giving the same bits, the golden layers, a real geometry, graph replay and run-to-run determinism.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "golden_dir.hpp"
+#include "gpu_support.hpp"
+#include "moejit/planner.hpp"
+#include "moejit/safetensors.hpp"
+#include "runtime/driver_api.hpp"
+#include "runtime/graph_capture.hpp"
+
+using namespace moejit;
+using namespace moejit::test;
+
+namespace {
+Runtime& runtime() {
+  static Runtime rt;
+  return rt;
+}
+
+LayerSpec small_spec(ScaleFormat f, Activation a, bool bias, bool limit) {
+  LayerSpec s;
+  s.format = f;
+  s.activation = a;
+  s.experts = 3;
+  s.hidden = 96;
+  s.intermediate = 160;
+  s.top_k = 2;
+  s.expert_begin = 5;
+  s.has_bias = bias;
+  s.gate_up_order = a == Activation::swigluoai ? GateUpOrder::interleaved : GateUpOrder::gate_up;
+  if (limit) s.limit = a == Activation::swigluoai ? 7.f : 3.f;
+  return s;
+}
+
+std::vector<uint16_t> run_batch(const PreparedLayer& layer, const HostInputs& in) {
+  DeviceInputs d = upload_inputs(runtime(), layer, in, in.tokens);
+  return run_poisoned(runtime(), layer, d, in.tokens, Family::batch);
+}
+}  // namespace
+
+TEST_CASE("batch family matches the reference for every activation, format, bias and limit", "[gpu][batch]") {
+  uint64_t seed = 5000;
+  for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4})
+    for (Activation a : {Activation::silu, Activation::gelu_tanh, Activation::relu2, Activation::swigluoai})
+      for (bool bias : {false, true})
+        for (bool limit : {false, true}) {
+          if (limit && a != Activation::silu && a != Activation::swigluoai) continue;
+          LayerSpec spec = small_spec(f, a, bias, limit);
+          HostLayer host = make_random_layer(spec, ++seed);
+          auto layer = runtime().prepare(host);
+          // 1 pair per expert up to several 64-pair tiles per expert with a ragged last tile.
+          for (int m : {1, 3, 17, 64, 130, 300}) {
+            INFO(fmt::format("{} {} bias={} limit={} M={} plan: {}", to_string(f), to_string(a), bias, limit, m,
+                             runtime().plan(*layer, m, Family::batch).describe()));
+            HostInputs in = make_random_inputs(spec, m, ++seed, true);
+            const auto out = run_batch(*layer, in);
+            check_agreement(compare(to_float(out), reference_forward(host, in).out_f64), /*with_cosine=*/true);
+          }
+        }
+}
+
+TEST_CASE("every batch tile matches the reference, and tiles of one product give the same bits", "[gpu][batch][tiles]") {
+  // Each warp sums its slab's full K in chunk order for every column, so the tile's height (warps), its
+  // ring depth and its width within one chunk product (1-2 column tiles: block scales on the fp32 results;
+  // 4-8: block scales on the weights, templates/moe_batch.cuh) change no bit.
+  const ScopedEnv guard{"MOEJIT_BATCH_TILE_FC1", "MOEJIT_BATCH_TILE_FC2"};
+  uint64_t seed = 6000;
+  for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4}) {
+    LayerSpec spec = small_spec(f, f == ScaleFormat::mxfp4 ? Activation::swigluoai : Activation::silu, true, true);
+    spec.experts = 4;
+    spec.hidden = 352;        // 22 slabs: partial row groups for 4 and 8 warps
+    spec.intermediate = 480;  // 7.5 chunks of K for FC2
+    HostLayer host = make_random_layer(spec, ++seed);
+    auto layer = runtime().prepare(host);
+    for (int m : {5, 77, 200}) {
+      HostInputs in = make_random_inputs(spec, m, ++seed, true);
+      const ReferenceOutput ref = reference_forward(host, in);
+      // Per chunk product, the first tile's bits and the tiles that must reproduce them.
+      for (const auto& group : {std::vector<const char*>{"w4n1d3", "w1n1d1", "w2n2d1", "w16n1d6", "w8n2d2o2"},
+                                std::vector<const char*>{"w4n8d3", "w4n4d1", "w8n8d2", "w1n4d7", "w4n8d5o2"}}) {
+        std::vector<uint16_t> first;
+        for (const char* tile : group) {
+          INFO(fmt::format("{} M={} tile {}", to_string(f), m, tile));
+          ::setenv("MOEJIT_BATCH_TILE_FC1", tile, 1);
+          ::setenv("MOEJIT_BATCH_TILE_FC2", tile, 1);
+          const auto out = run_batch(*layer, in);
+          check_agreement(compare(to_float(out), ref.out_f64), /*with_cosine=*/true);
+          if (first.empty())
+            first = out;
+          else
+            CHECK(out == first);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("batch family matches the golden layers", "[gpu][batch][golden]") {
+  for (const char* name : kGoldenLayers) {
+    INFO(name);
+    const std::string dir = golden_dir() + "/" + name;
+    HostLayer host = read_layer_file(dir + "/layer.safetensors");
+    HostInputs in = read_input_file(dir + "/input.safetensors");
+    SafetensorsFile expected = read_safetensors(dir + "/expected.safetensors");
+    const Tensor& t = expected.tensors.at("out_f32");
+    std::vector<double> want(t.data.size() / 4);
+    for (size_t i = 0; i < want.size(); ++i) {
+      float v;
+      std::memcpy(&v, t.data.data() + 4 * i, 4);
+      want[i] = v;
+    }
+    auto layer = runtime().prepare(host);
+    check_agreement(compare(to_float(run_batch(*layer, in)), want), /*with_cosine=*/false);
+  }
+}
+
+TEST_CASE("batch family at a real geometry", "[gpu][batch][models]") {
+  // gpt-oss-120b's matrices (MXFP4, swigluoai, biases, limit) on 4 local experts of 8: 45 chunks of K,
+  // 180 row slabs, tiles of 64 pairs with a ragged end.
+  LayerSpec s;
+  s.format = ScaleFormat::mxfp4;
+  s.activation = Activation::swigluoai;
+  s.gate_up_order = GateUpOrder::interleaved;
+  s.experts = 4;
+  s.expert_begin = 4;
+  s.hidden = 2880;
+  s.intermediate = 2880;
+  s.top_k = 4;
+  s.has_bias = true;
+  s.limit = 7.f;
+  HostLayer host = make_random_code_layer(s, 78);
+  auto layer = runtime().prepare(host);
+  for (int m : {40, 150}) {
+    INFO(fmt::format("M={} plan: {}", m, runtime().plan(*layer, m, Family::batch).describe()));
+    HostInputs in = make_random_inputs(s, m, 950 + m, true);
+    check_agreement(compare(to_float(run_batch(*layer, in)), reference_forward(host, in).out_f64), /*with_cosine=*/true);
+  }
+}
+
+TEST_CASE("batch family: graph replay equals eager execution and runs are bit-identical", "[gpu][batch][graph]") {
+  using namespace moejit::detail;
+  LayerSpec spec = small_spec(ScaleFormat::nvfp4, Activation::silu, true, false);
+  spec.experts = 16;
+  spec.top_k = 4;
+  HostLayer host = make_random_layer(spec, 31);
+  auto& rt = runtime();
+  auto layer = rt.prepare(host);
+  const int m = 300;  // past the decode family's range: the automatic plan is the batch family
+  REQUIRE(rt.plan(*layer, m).family == Family::batch);
+  HostInputs in = make_random_inputs(spec, m, 32, true);
+  DeviceInputs d = upload_inputs(rt, *layer, in, m);
+  rt.prewarm(*layer, m);
+  auto eager1 = run_poisoned(rt, *layer, d, m);
+  auto eager2 = run_poisoned(rt, *layer, d, m);
+  CHECK(eager1 == eager2);
+  check_agreement(compare(to_float(eager1), reference_forward(host, in).out_f64), /*with_cosine=*/true);
+
+  OwnedStream stream;
+  ForwardArgs a = args_for(d, m);
+  a.stream = stream.get();
+  const CapturedGraph graph(stream.get(), CU_STREAM_CAPTURE_MODE_GLOBAL, [&] { rt.forward(*layer, a); });
+  for (int rep = 0; rep < 3; ++rep) {
+    d.out.fill_bytes(0xFF);
+    graph.launch(stream.get());
+    check(driver().cuStreamSynchronize(stream.get()), "cuStreamSynchronize");
+    CHECK(d.out.to_vector<uint16_t>(static_cast<size_t>(m) * spec.hidden) == eager1);
+  }
+}
