@@ -60,7 +60,7 @@ int batch_dynamic_smem(const KernelKey& raw) {
   if (key.kind != KernelKind::batch_fc1 && key.kind != KernelKind::batch_fc2) return 0;
   // templates/moe_batch.cuh: BatchStage::kBytes per stage, depth + 1 stages.
   const int mats = key.kind == KernelKind::batch_fc1 ? fc1_mats(key) : 1;
-  const int stage = 8 * key.ntiles * 160 + key.warps * mats * (512 + chunk_scale_bytes(key));
+  const int stage = 8 * key.ntiles * 160 + key.warps * key.slabs * mats * (512 + chunk_scale_bytes(key));
   return (key.depth + 1) * stage;
 }
 
@@ -269,14 +269,17 @@ GeneratedSource generate_source(const KernelKey& raw) {
         throw Error(fmt::format("kernel key {}: the copy ring needs {} bytes of shared memory, more than {}", key.str(),
                                 smem, kMaxDynamicSmem));
       const std::string check = fmt::format(
-          "static_assert({} * BatchStage<{}, {}, {}, {}>::kBytes == {}, \"host and device ring sizes differ\");\n",
-          key.depth + 1, cpp_bool(key.format == ScaleFormat::nvfp4), fc1 ? fc1_mats(key) : 1, key.warps, key.ntiles, smem);
+          "static_assert({} * BatchStage<{}, {}, {}, {}, {}>::kBytes == {}, \"host and device ring sizes differ\");\n",
+          key.depth + 1, cpp_bool(key.format == ScaleFormat::nvfp4), fc1 ? fc1_mats(key) : 1, key.warps, key.ntiles,
+          key.slabs, smem);
       const std::string call =
-          fc1 ? fmt::format("moe_batch_fc1<{}, {}, {}, {}, {}, {}, {}, {}, {}>", cpp_bool(key.format == ScaleFormat::nvfp4),
-                            act_code(key.activation), cpp_bool(key.limit), cpp_bool(key.bias), key.hidden,
-                            key.intermediate, key.warps, key.ntiles, key.depth + 1)
-              : fmt::format("moe_batch_fc2<{}, {}, {}, {}, {}, {}, {}>", cpp_bool(key.format == ScaleFormat::nvfp4),
-                            cpp_bool(key.bias), key.hidden, key.intermediate, key.warps, key.ntiles, key.depth + 1);
+          fc1 ? fmt::format("moe_batch_fc1<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
+                            cpp_bool(key.format == ScaleFormat::nvfp4), act_code(key.activation), cpp_bool(key.limit),
+                            cpp_bool(key.bias), key.hidden, key.intermediate, key.warps, key.ntiles, key.depth + 1,
+                            key.slabs)
+              : fmt::format("moe_batch_fc2<{}, {}, {}, {}, {}, {}, {}, {}>", cpp_bool(key.format == ScaleFormat::nvfp4),
+                            cpp_bool(key.bias), key.hidden, key.intermediate, key.warps, key.ntiles, key.depth + 1,
+                            key.slabs);
       out.source = header + "#include \"moe_batch.cuh\"\n" + check + fmt::format(
           "extern \"C\" __global__ void __launch_bounds__({0}, {1}) {2}(const {3} p) {{\n  {4}(p);\n}}\n",
           threads, std::max(key.min_blocks, 1), out.entry, fc1 ? "DecodeFc1Params" : "DecodeFc2Params", call);

@@ -199,8 +199,9 @@ KernelKey KernelKey::normalized() const {
     throw Error(fmt::format("kernel key {}: groups must be in [1, 8]", str()));
   if (k.kind != KernelKind::decode_fc2_sum && k.kind != KernelKind::decode_pipe) k.groups = 1;
   if (k.slabs != 1 && k.slabs != 2) throw Error(fmt::format("kernel key {}: slabs must be 1 or 2", str()));
-  if (k.kind != KernelKind::decode_fc2_sum) k.slabs = 1;
-  if (k.slabs > 1) {
+  if (k.kind != KernelKind::decode_fc2_sum && k.kind != KernelKind::batch_fc1 && k.kind != KernelKind::batch_fc2)
+    k.slabs = 1;
+  if (k.slabs > 1 && k.kind == KernelKind::decode_fc2_sum) {
     if (k.groups != 1)
       throw Error(fmt::format("kernel key {}: FC2-sum over 2 slabs per CTA keeps each slab in one CTA (groups 1)", str()));
     if (k.hidden % (16 * k.slabs))

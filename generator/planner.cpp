@@ -395,9 +395,12 @@ KernelKey base_key(const LayerSpec& spec, Arch arch) {
   return k;
 }
 
-// The batch family's tile: 4 warps (64 rows of one expert) by 8 * ntiles pairs, the token tile no wider
-// than the pairs an expert gets on average (a wider tile only holds idle MMA columns and registers).
-// MOEJIT_BATCH_TILE_FC1 / _FC2 override it (w<warps>n<tiles>d<chunks in flight>o<CTAs per SM>).
+// The batch family's tile: 4 warps by 8 * ntiles pairs, the token tile no wider than the pairs an expert
+// gets on average (a wider tile only holds idle MMA columns and registers); from 4 column tiles on, two
+// slabs per warp (128 rows per CTA), which reuse every activation piece for twice the MMAs (v24, µs, one
+// slab : two, M = 1024 / 4096: gpt-oss-120b 1474.6 / 4251.2 : 1334.4 / 3891.6, DeepSeek-V3 5103.2 / 14398.7
+// : 4240.1 / 12440.8). MOEJIT_BATCH_TILE_FC1 / _FC2 override it (w<warps>n<tiles>d<chunks in flight>
+// o<CTAs per SM>s<slabs per warp>).
 Plan batch_plan(const LayerSpec& spec, int tokens, Plan plan, const KernelKey& route) {
   KernelKey fc1 = base_key(spec, route.arch);
   const double per_expert = static_cast<double>(std::max(tokens, 1)) * spec.top_k / spec.experts;
@@ -408,6 +411,7 @@ Plan batch_plan(const LayerSpec& spec, int tokens, Plan plan, const KernelKey& r
   fc1.ntiles = nt;
   fc1.depth = 3;  // a ring of 4 stages in shared memory
   fc1.min_blocks = 0;
+  fc1.slabs = nt >= 4 ? 2 : 1;
   KernelKey fc2 = fc1;
   fc2.kind = KernelKind::batch_fc2;
   apply_tuning_overrides(fc1, "MOEJIT_BATCH_TILE_FC1");

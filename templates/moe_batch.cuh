@@ -1,6 +1,7 @@
 // Batch family (M medium and large): the decode family's inner product with the token side widened.
 //
-// A CTA owns kWarps adjacent 16-row slabs of one expert (one per warp, FC1's gate and up rows together)
+// A CTA owns kWarps x kPerWarp adjacent 16-row slabs of one expert (kPerWarp per warp, the key's `slabs`;
+// FC1's gate and up rows together)
 // and a tile of kTile = 8 * kNT of that expert's pairs (tokens on the narrow N side of m16n8k16, "swap
 // AB"). Per 64-wide K chunk the CTA stages its tile's activation rows in shared memory once (times 2^64,
 // the MMA scaling of fp4_decode.cuh), and every warp decodes its slab's FP4 words once and multiplies them
@@ -79,32 +80,43 @@ MOEJIT_DEVICE BatchTile batch_tile(const RoutingArgs& r, int id) {
 }
 
 // The block scales of rows g and g + 8 as bf16x2 multipliers of the placed weights (fp4_decode.cuh: e2m1
-// value x 2^-126): each is the scale x 2^62, so a placed weight times it is e2m1 x scale x 2^-64, and with
-// the activations times 2^64 (as the decode family feeds them) the MMA sums true products. Exact in bf16 for
-// every NVFP4 scale (e4m3 x 2^62: 4 significant bits) and for MXFP4 codes 59..192 (scales 2^-68 .. 2^65);
-// code 0 gives 0 and codes above 192 infinity, as in block_scales. Both halves carry the same value.
-template <bool kNvfp4>
+// value x 2^-126), each the scale x 2^kShift, so a placed weight times it is e2m1 x scale x 2^(kShift-126).
+// FC2 (activations stored times 2^64) takes kShift = 62: the MMA sums true products. FC1 (the layer input as
+// is, no multiply per piece) takes kShift = 100: products x w 2^-26, corrected by batch_output_scale. Exact
+// in bf16 for every NVFP4 scale (e4m3 x 2^kShift: 4 significant bits) and for the MXFP4 codes whose
+// product stays above bf16's smallest subnormal and whose multiplier is finite: 59..192 (scales
+// 2^-68..2^65) for FC2, 21..154 (2^-106..2^27) for FC1; code 0 gives 0 and codes above the range infinity,
+// as block_scales' 0 and 255 do. Both halves carry the same value.
+template <bool kNvfp4, int kShift>
 MOEJIT_DEVICE void batch_row_scales(u32x2 packed, int block, u32& sg, u32& sg8) {
   if (kNvfp4) {
     float a, b;
     block_scales<true>(packed, block, a, b);
-    const u32 ha = f32_to_bf16(a * 4.611686018427388e18f), hb = f32_to_bf16(b * 4.611686018427388e18f);
+    const float shift = __uint_as_float((u32)(127 + kShift) << 23);  // 2^kShift
+    const u32 ha = f32_to_bf16(a * shift), hb = f32_to_bf16(b * shift);
     sg = ha | (ha << 16);
     sg8 = hb | (hb << 16);
   } else {
+    // e8m0 code c is 2^(c - 127); times 2^kShift its bf16 exponent field is c + kShift.
+    constexpr u32 kTop = 254 - kShift;
     const u32 cg = (packed.x >> (16 * block)) & 0xFFu, cg8 = (packed.x >> (16 * block + 8)) & 0xFFu;
-    const u32 bg = cg == 0 ? 0u : cg > 192 ? 0x7F80u : (cg + 62) << 7;
-    const u32 bg8 = cg8 == 0 ? 0u : cg8 > 192 ? 0x7F80u : (cg8 + 62) << 7;
+    const u32 bg = cg == 0 ? 0u : cg > kTop ? 0x7F80u : (cg + kShift) << 7;
+    const u32 bg8 = cg8 == 0 ? 0u : cg8 > kTop ? 0x7F80u : (cg8 + kShift) << 7;
     sg = bg | (bg << 16);
     sg8 = bg8 | (bg8 << 16);
   }
 }
 
+// The scale shift of batch_row_scales: FC1 reads the layer input as is (kRawB), FC2 its stored activations
+// times 2^64.
+template <bool kRawB>
+inline constexpr int kBatchScaleShift = kRawB ? 100 : 62;
+
 // One 64-wide chunk of a slab against kNT column tiles: per k16 step and matrix, the word is decoded, its
 // four A registers are multiplied by their rows' block scales (batch_row_scales), and the MMAs accumulate
 // straight into acc. Per MMA that leaves ~3 other instructions (decode and scale shared by kNT MMAs),
-// where chunk_mma's fp32 block-scale FMAs cost 4 per MMA.
-template <bool kNvfp4, int kMats, int kNT, bool kScaleB, typename XPiece>
+// where chunk_mma's fp32 block-scale FMAs cost 4 per MMA. kRawB: the pieces are the layer input as is.
+template <bool kNvfp4, int kMats, int kNT, bool kRawB, typename XPiece>
 MOEJIT_DEVICE void batch_chunk_mma(const u32x4 (&wc)[kMats], const u32x2 (&sc)[kMats], int live_tiles,
                                    float (&acc)[kNT][kMats][4], XPiece x_piece) {
   constexpr int kStepsPerBlock = kNvfp4 ? 1 : 2;  // MXFP4 blocks span two k16 steps
@@ -113,13 +125,11 @@ MOEJIT_DEVICE void batch_chunk_mma(const u32x4 (&wc)[kMats], const u32x2 (&sc)[k
   for (int st = 0; st < 4; ++st) {
     u32x2 xv[kNT];
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-      const u32x2 v = x_piece(nt, st);
-      xv[nt] = kScaleB ? u32x2{bf16x2_mul(v.x, kActScaleBf16x2), bf16x2_mul(v.y, kActScaleBf16x2)} : v;
-    }
+    for (int nt = 0; nt < kNT; ++nt) xv[nt] = x_piece(nt, st);
 #pragma unroll
     for (int m = 0; m < kMats; ++m) {
-      if (st % kStepsPerBlock == 0) batch_row_scales<kNvfp4>(sc[m], st / kStepsPerBlock, sg[m], sg8[m]);
+      if (st % kStepsPerBlock == 0)
+        batch_row_scales<kNvfp4, kBatchScaleShift<kRawB>>(sc[m], st / kStepsPerBlock, sg[m], sg8[m]);
       const u32 word = st == 0 ? wc[m].x : st == 1 ? wc[m].y : st == 2 ? wc[m].z : wc[m].w;
       u32 a[4];
       fp4_decode_word(word, a);
@@ -141,42 +151,51 @@ MOEJIT_DEVICE void batch_chunk_mma(const u32x4 (&wc)[kMats], const u32x2 (&sc)[k
 template <int kNT>
 inline constexpr bool kBatchScaledWeights = kNT >= 4;
 
-// The fp32 multiplier of a slab's sums: NVFP4's global scale, times the 2^62 correction of the placed
-// weights when the block scales were applied to the fp32 results (chunk_mma's products are x * w * 2^-62).
-template <bool kNvfp4, int kNT>
+// The fp32 multiplier of a slab's sums: NVFP4's global scale, times the correction of the products' scaling:
+// 2^62 when the block scales were applied to the fp32 results (chunk_mma's products are x w 2^-62), 2^26 for
+// FC1's scaled weights (batch_row_scales with kShift = 100), 1 for FC2's.
+template <bool kNvfp4, int kNT, bool kRawB>
 MOEJIT_DEVICE float batch_output_scale(const float* gscale, int e) {
   const float g = kNvfp4 ? gscale[e] : 1.f;
-  return kBatchScaledWeights<kNT> ? g : g * kAccScale;
+  return !kBatchScaledWeights<kNT> ? g * kAccScale : kRawB ? g * 67108864.f : g;
 }
 
 // One stage of the CTA's copy ring: the chunk's activation tile (kTile rows, 80 bf16 apart), then each warp's
-// weight runs (kMats x 32 lanes x 16 bytes) and scale bytes (kMats x ScaleGeometry::kBytesPerChunk).
-// Mirrored on the host by batch_dynamic_smem() (generator.cpp); the generated source checks the size.
-template <bool kNvfp4, int kMats, int kWarps, int kNT>
+// weight runs (kSlabs slabs x kMats x 32 lanes x 16 bytes) and scale bytes (kSlabs x kMats x
+// ScaleGeometry::kBytesPerChunk). Mirrored on the host by batch_dynamic_smem() (generator.cpp); the
+// generated source checks the size.
+template <bool kNvfp4, int kMats, int kWarps, int kNT, int kSlabs>
 struct BatchStage {
   static constexpr int kTile = 8 * kNT;
   static constexpr int kScaleChunk = ScaleGeometry<kNvfp4>::kBytesPerChunk;
   static constexpr int kActBytes = kTile * kBatchRowStride * 2;
-  static constexpr int kWeightBytes = kWarps * kMats * 512;
-  static constexpr int kBytes = kActBytes + kWeightBytes + kWarps * kMats * kScaleChunk;
+  static constexpr int kWeightBytes = kWarps * kSlabs * kMats * 512;
+  static constexpr int kBytes = kActBytes + kWeightBytes + kWarps * kSlabs * kMats * kScaleChunk;
 };
 
-// The tile's product for one warp's slab: acc[nt][m] = sum over K of W[m] (16 rows) x tile columns of
-// n-tile nt, with the block scales applied as kBatchScaledWeights picks (times batch_output_scale). Chunks stream through kStages stages of
-// shared memory by cp.async (kStages - 1 chunks in flight while one is computed): rows of the tile (pairs
-// past its end repeat its last pair; their MMA columns are never stored), the warps' weight runs and scale
-// bytes. kScaleB: multiply the activation pieces by 2^64 on use (the layer input; FC1's output is stored
-// multiplied). has_slab: the warp's slab exists (the last row group may be partial); a warp without one
-// copies only its share of the activation tile and meets every barrier.
-template <bool kNvfp4, int kK, int kMats, int kWarps, int kNT, int kStages, bool kScaleB, typename RowOf>
-MOEJIT_DEVICE void batch_slab_mma(const u32x4* w, const u8* s, bool has_slab, int live_tiles, RowOf row_of, u8* smem,
-                                  float (&acc)[kNT][kMats][4]) {
+// The tile's product for one warp's kSlabs adjacent slabs: acc[nt][j * kMats + m] = sum over K of slab j's
+// matrix m (16 rows) x the tile's columns of n-tile nt, with the block scales applied as kBatchScaledWeights
+// picks (times batch_output_scale). A second slab per warp multiplies every activation piece it loads
+// from shared memory twice as often. Chunks stream through kStages stages of shared memory by cp.async
+// (kStages - 1 chunks in flight while one is computed): rows of the tile (pairs past its end repeat its
+// last pair; their MMA columns are never stored), the warps' weight runs and scale bytes. w and s: the
+// warp's first slab (chunk 0, matrix 0; w includes the lane); slab j follows at j slabs' plane stride.
+// kRawB: the tile is the layer input as is (FC1): chunk_mma multiplies its pieces by 2^64 on use,
+// batch_chunk_mma scales the weights for it instead; FC1's output is stored multiplied. valid: bit j set
+// when slab j exists (the last row group may be partial); a warp without any copies only its share of the
+// activation tile and meets every barrier.
+template <bool kNvfp4, int kK, int kMats, int kSlabs, int kWarps, int kNT, int kStages, bool kRawB, typename RowOf>
+MOEJIT_DEVICE void batch_slab_mma(const u32x4* w, const u8* s, u32 valid, int live_tiles, RowOf row_of, u8* smem,
+                                  float (&acc)[kNT][kSlabs * kMats][4]) {
   using SG = ScaleGeometry<kNvfp4>;
-  using Stage = BatchStage<kNvfp4, kMats, kWarps, kNT>;
+  using Stage = BatchStage<kNvfp4, kMats, kWarps, kNT, kSlabs>;
   constexpr int kChunks = (kK + 63) / 64;
   constexpr int kThreads = kWarps * 32;
   constexpr int kActPieces = Stage::kTile * 8;
-  constexpr int kScalePieces = kMats * Stage::kScaleChunk / 16;
+  constexpr int kScalePieces = kMats * Stage::kScaleChunk / 16;  // per slab
+  constexpr int kAll = kSlabs * kMats;
+  constexpr int kSlabW = kChunks * kMats * 32;                    // u32x4 runs from one slab to the next
+  constexpr int kSlabS = kChunks * kMats * Stage::kScaleChunk;    // scale bytes likewise
   static_assert(kStages >= 2, "a ring of at least two stages");
   const int lane = lane_id(), warp = threadIdx.x >> 5, g = lane >> 2, c4 = lane & 3;
   const u32 ring = shared_address(smem);
@@ -194,13 +213,17 @@ MOEJIT_DEVICE void batch_slab_mma(const u32x4* w, const u8* s, bool has_slab, in
         cp_async_16(base + (row * kBatchRowStride + col) * 2, src, in_k ? 16 : 0);
       }
     }
-    if (has_slab) {
+#pragma unroll
+    for (int j = 0; j < kSlabs; ++j) {
+      if (!(valid >> j & 1u)) continue;
 #pragma unroll
       for (int m = 0; m < kMats; ++m)
-        cp_async_16(base + Stage::kActBytes + ((warp * kMats + m) * 32 + lane) * 16, w + (chunk * kMats + m) * 32, 16);
+        cp_async_16(base + Stage::kActBytes + (((warp * kSlabs + j) * kMats + m) * 32 + lane) * 16,
+                    w + j * kSlabW + (chunk * kMats + m) * 32, 16);
       if (lane < kScalePieces)
-        cp_async_16(base + Stage::kActBytes + Stage::kWeightBytes + warp * kMats * Stage::kScaleChunk + lane * 16,
-                    s + chunk * kMats * Stage::kScaleChunk + lane * 16, 16);
+        cp_async_16(base + Stage::kActBytes + Stage::kWeightBytes + (warp * kSlabs + j) * kMats * Stage::kScaleChunk +
+                        lane * 16,
+                    s + j * kSlabS + chunk * kMats * Stage::kScaleChunk + lane * 16, 16);
     }
   };
 
@@ -217,15 +240,16 @@ MOEJIT_DEVICE void batch_slab_mma(const u32x4* w, const u8* s, bool has_slab, in
     const int next = chunk + kStages - 1;
     if (next < kChunks) issue(next % kStages, next);
     cp_async_commit();
-    if (has_slab) {
+    if (valid) {
       const u8* at = smem + stage * Stage::kBytes;
       const u16* tile = reinterpret_cast<const u16*>(at);
-      const u32x4* wr = reinterpret_cast<const u32x4*>(at + Stage::kActBytes) + warp * kMats * 32 + lane;
-      const u8* sr = at + Stage::kActBytes + Stage::kWeightBytes + warp * kMats * Stage::kScaleChunk + g * SG::kBytesPerLane;
-      u32x4 wc[kMats];
-      u32x2 sc[kMats];
+      const u32x4* wr = reinterpret_cast<const u32x4*>(at + Stage::kActBytes) + warp * kAll * 32 + lane;
+      const u8* sr =
+          at + Stage::kActBytes + Stage::kWeightBytes + warp * kAll * Stage::kScaleChunk + g * SG::kBytesPerLane;
+      u32x4 wc[kAll];
+      u32x2 sc[kAll];
 #pragma unroll
-      for (int m = 0; m < kMats; ++m) {
+      for (int m = 0; m < kAll; ++m) {
         wc[m] = wr[m * 32];
         sc[m] = kNvfp4 ? *reinterpret_cast<const u32x2*>(sr + m * Stage::kScaleChunk)
                        : u32x2{*reinterpret_cast<const u32*>(sr + m * Stage::kScaleChunk), 0u};
@@ -234,22 +258,32 @@ MOEJIT_DEVICE void batch_slab_mma(const u32x4* w, const u8* s, bool has_slab, in
         return *reinterpret_cast<const u32x2*>(tile + (nt * 8 + g) * kBatchRowStride + st * 16 + 4 * c4);
       };
       if constexpr (kBatchScaledWeights<kNT>)
-        batch_chunk_mma<kNvfp4, kMats, kNT, kScaleB>(wc, sc, live_tiles, acc, piece);
+        batch_chunk_mma<kNvfp4, kAll, kNT, kRawB>(wc, sc, live_tiles, acc, piece);
       else
-        chunk_mma<kNvfp4, kMats, kNT, 8, kScaleB>(wc, sc, live_tiles, acc, piece);
+        chunk_mma<kNvfp4, kAll, kNT, 8, kRawB>(wc, sc, live_tiles, acc, piece);
     }
     stage = stage + 1 == kStages ? 0 : stage + 1;
   }
   cp_async_wait_all();
 }
 
+// Bit j set when slab `first + j` of the row group exists.
+template <int kSlabsPerWarp, int kSlabs>
+MOEJIT_DEVICE u32 batch_valid_slabs(int first) {
+  u32 v = 0;
+#pragma unroll
+  for (int j = 0; j < kSlabsPerWarp; ++j)
+    if (first + j < kSlabs) v |= 1u << j;
+  return v;
+}
+
 // FC1: act[q, :] = activation(x[token(q)] . W13[e]^T + b13[e]) as bf16 times 2^64, as decode_fc1 writes it.
-template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kH, int kI, int kWarps, int kNT, int kStages>
+template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kH, int kI, int kWarps, int kNT, int kStages, int kPerWarp>
 __device__ void moe_batch_fc1(const DecodeFc1Params& p) {
   constexpr int kMats = kAct == kActRelu2 ? 1 : 2;
   constexpr int kChunks = (kH + 63) / 64;
   constexpr int kSlabs = kI / 16;
-  constexpr int kGroups = (kSlabs + kWarps - 1) / kWarps;
+  constexpr int kGroups = (kSlabs + kWarps * kPerWarp - 1) / (kWarps * kPerWarp);
   constexpr int kTile = 8 * kNT;
   extern __shared__ __align__(16) u8 batch_ring[];
   pdl_wait_primary();  // the route kernel's lists
@@ -257,30 +291,41 @@ __device__ void moe_batch_fc1(const DecodeFc1Params& p) {
   const BatchTile t = batch_tile<kTile, kGroups>(p.route, blockIdx.x);
   if (t.slot < 0) return;
   const int warp = threadIdx.x >> 5;
-  const int slab = t.group * kWarps + warp;
-  const bool has_slab = slab < kSlabs;
+  const int slab = (t.group * kWarps + warp) * kPerWarp;
+  const u32 valid = batch_valid_slabs<kPerWarp, kSlabs>(slab);
   const SlabOperands ops =
-      slab_operands<kNvfp4, kChunks, kMats, kSlabs>(p.w, p.s, p.gscale, t.expert, has_slab ? slab : 0);
+      slab_operands<kNvfp4, kChunks, kMats, kSlabs>(p.w, p.s, p.gscale, t.expert, valid ? slab : 0);
   const int in_tile = min(kTile, t.count - t.first);
   const int live = (in_tile + 7) / 8;
   auto row_of = [&](int r) {
     const int q = t.pairs[t.first + min(r, in_tile - 1)];
     return p.x + (size_t)(q / p.route.top_k) * kH;
   };
-  float acc[kNT][kMats][4];
-  batch_slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kStages, true>(ops.w, ops.s, has_slab, live, row_of, batch_ring, acc);
-  if (!has_slab) return;
+  float acc[kNT][kPerWarp * kMats][4];
+  batch_slab_mma<kNvfp4, kH, kMats, kPerWarp, kWarps, kNT, kStages, true>(ops.w, ops.s, valid, live, row_of, batch_ring,
+                                                                          acc);
   const ExpertWork work{0, t.expert, t.count, t.pairs};
-  fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, 8>(p, work, slab, t.first, live, acc,
-                                                         batch_output_scale<kNvfp4, kNT>(p.gscale, t.expert));
+  const float gs = batch_output_scale<kNvfp4, kNT, true>(p.gscale, t.expert);
+#pragma unroll
+  for (int j = 0; j < kPerWarp; ++j) {
+    if (!(valid >> j & 1u)) continue;
+    float part[kNT][kMats][4];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int m = 0; m < kMats; ++m)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) part[nt][m][i] = acc[nt][j * kMats + m][i];
+    fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, 8>(p, work, slab + j, t.first, live, part, gs);
+  }
 }
 
 // FC2: partial[q, :] = w_q * (act[q] . W2[e]^T + b2[e]) in fp32 for every pair; batch_combine sums them.
-template <bool kNvfp4, bool kBias, int kH, int kI, int kWarps, int kNT, int kStages>
+template <bool kNvfp4, bool kBias, int kH, int kI, int kWarps, int kNT, int kStages, int kPerWarp>
 __device__ void moe_batch_fc2(const DecodeFc2Params& p) {
   constexpr int kChunks = (kI + 63) / 64;
   constexpr int kSlabs = kH / 16;
-  constexpr int kGroups = (kSlabs + kWarps - 1) / kWarps;
+  constexpr int kGroups = (kSlabs + kWarps * kPerWarp - 1) / (kWarps * kPerWarp);
   constexpr int kTile = 8 * kNT;
   extern __shared__ __align__(16) u8 batch_ring[];
   pdl_wait_primary();  // FC1's activations (and, through FC1's own wait, the route lists)
@@ -288,24 +333,27 @@ __device__ void moe_batch_fc2(const DecodeFc2Params& p) {
   const BatchTile t = batch_tile<kTile, kGroups>(p.route, blockIdx.x);
   if (t.slot < 0) return;
   const int warp = threadIdx.x >> 5;
-  const int slab = t.group * kWarps + warp;
-  const bool has_slab = slab < kSlabs;
-  const SlabOperands ops = slab_operands<kNvfp4, kChunks, 1, kSlabs>(p.w, p.s, p.gscale, t.expert, has_slab ? slab : 0);
+  const int slab = (t.group * kWarps + warp) * kPerWarp;
+  const u32 valid = batch_valid_slabs<kPerWarp, kSlabs>(slab);
+  const SlabOperands ops = slab_operands<kNvfp4, kChunks, 1, kSlabs>(p.w, p.s, p.gscale, t.expert, valid ? slab : 0);
   const int in_tile = min(kTile, t.count - t.first);
   const int live = (in_tile + 7) / 8;
   auto row_of = [&](int r) { return p.act + (size_t)t.pairs[t.first + min(r, in_tile - 1)] * kI; };
-  float acc[kNT][1][4];
-  batch_slab_mma<kNvfp4, kI, 1, kWarps, kNT, kStages, false>(ops.w, ops.s, has_slab, live, row_of, batch_ring, acc);
-  if (!has_slab) return;
+  float acc[kNT][kPerWarp][4];
+  batch_slab_mma<kNvfp4, kI, 1, kPerWarp, kWarps, kNT, kStages, false>(ops.w, ops.s, valid, live, row_of, batch_ring, acc);
   const int e = t.expert;
-  const float gs = batch_output_scale<kNvfp4, kNT>(p.gscale, e);
-  for_each_pass_result<kNT, 8>(t.first, live, t.count, [&](int nt, int i, int tt, int r) {
-    const int row = slab * 16 + r;
-    const int q = t.pairs[tt];
-    float y = acc[nt][0][i] * gs;
-    if (kBias) y += p.bias[(size_t)e * kH + row];
-    p.partial[(size_t)q * kH + row] = p.topk_weights[q] * y;
-  });
+  const float gs = batch_output_scale<kNvfp4, kNT, false>(p.gscale, e);
+#pragma unroll
+  for (int j = 0; j < kPerWarp; ++j) {
+    if (!(valid >> j & 1u)) continue;
+    for_each_pass_result<kNT, 8>(t.first, live, t.count, [&](int nt, int i, int tt, int r) {
+      const int row = (slab + j) * 16 + r;
+      const int q = t.pairs[tt];
+      float y = acc[nt][j][i] * gs;
+      if (kBias) y += p.bias[(size_t)e * kH + row];
+      p.partial[(size_t)q * kH + row] = p.topk_weights[q] * y;
+    });
+  }
 }
 
 // out[m, :] = sum over k = 0..K-1 of partial[m*K + k, :] (pairs routed to a local expert only), in bf16.

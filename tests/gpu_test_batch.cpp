@@ -67,8 +67,8 @@ TEST_CASE("batch family matches the reference for every activation, format, bias
 }
 
 TEST_CASE("every batch tile matches the reference, and tiles of one product give the same bits", "[gpu][batch][tiles]") {
-  // Each warp sums its slab's full K in chunk order for every column, so the tile's height (warps), its
-  // ring depth and its width within one chunk product (1-2 column tiles: block scales on the fp32 results;
+  // Each warp sums its slabs' full K in chunk order for every column, so the tile's height (warps, slabs
+  // per warp), its ring depth and its width within one chunk product (1-2 column tiles: block scales on the fp32 results;
   // 4-8: block scales on the weights, templates/moe_batch.cuh) change no bit.
   const ScopedEnv guard{"MOEJIT_BATCH_TILE_FC1", "MOEJIT_BATCH_TILE_FC2"};
   uint64_t seed = 6000;
@@ -83,8 +83,9 @@ TEST_CASE("every batch tile matches the reference, and tiles of one product give
       HostInputs in = make_random_inputs(spec, m, ++seed, true);
       const ReferenceOutput ref = reference_forward(host, in);
       // Per chunk product, the first tile's bits and the tiles that must reproduce them.
-      for (const auto& group : {std::vector<const char*>{"w4n1d3", "w1n1d1", "w2n2d1", "w16n1d6", "w8n2d2o2"},
-                                std::vector<const char*>{"w4n8d3", "w4n4d1", "w8n8d2", "w1n4d7", "w4n8d5o2"}}) {
+      for (const auto& group :
+           {std::vector<const char*>{"w4n1d3", "w1n1d1", "w2n2d1", "w16n1d6", "w8n2d2o2", "w2n1d3s2", "w4n2d1s2"},
+            std::vector<const char*>{"w4n8d3", "w4n4d1", "w8n8d2", "w1n4d7", "w4n8d5o2", "w4n8d3s2", "w2n4d2s2"}}) {
         std::vector<uint16_t> first;
         for (const char* tile : group) {
           INFO(fmt::format("{} M={} tile {}", to_string(f), m, tile));

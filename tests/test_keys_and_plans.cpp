@@ -719,8 +719,10 @@ TEST_CASE("the batch family: planned past the cutover, forced anywhere, keys nor
     CHECK(p.kernels[0].kind == KernelKind::route);
     CHECK(p.kernels[1].kind == KernelKind::batch_fc1);
     CHECK(p.kernels[2].kind == KernelKind::batch_fc2);
-    // 6 pairs per expert: one 8-column tile; 32+: the widest.
+    // 6 pairs per expert: one 8-column tile; 32+: the widest, two slabs per warp.
     CHECK(p.kernels[1].ntiles == (m == from ? 1 : 8));
+    CHECK(p.kernels[1].slabs == (m == from ? 1 : 2));
+    CHECK(p.kernels[2].slabs == p.kernels[1].slabs);
   }
   // Never while the decode family routes inside its CTAs (a 3-expert layer gets 42 pairs per expert at
   // M = 64, all 128 pairs routed inline), and never past the decode family's last token count.
@@ -761,5 +763,7 @@ TEST_CASE("the batch family: planned past the cutover, forced anywhere, keys nor
   CHECK(over.kernels.at(1).warps == 8);
   CHECK(over.kernels.at(1).ntiles == 4);
   CHECK(over.kernels.at(1).min_blocks == 2);
+  CHECK(over.kernels.at(1).slabs == 1);  // an override without s keeps one slab per warp
   CHECK(over.kernels.at(2).warps == 4);
+  CHECK(over.kernels.at(2).slabs == 2);
 }

@@ -45,6 +45,7 @@ struct KernelKey {
   // expert slots), writes its pairs' rows to the fp32 partial buffer, and the last of them (a ticket)
   // sums each token's pairs in slot order; 1 sums inside the one CTA. Tile suffix g<n>, after p<n>.
   int groups = 1;
+  // batch_fc1 / batch_fc2: 16-row slabs per warp, 1 or 2 (tile suffix s2).
   // decode_fc2_sum: 16-row slabs per CTA, 1 or 2. With 2, each warp carries two adjacent slabs of its
   // expert through every chunk (two weight runs in flight per lane for one set of activation pieces, as
   // FC1 carries its gate and up rows), so its chain of chunks is half as long for the same bytes.

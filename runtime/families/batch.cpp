@@ -15,14 +15,16 @@ namespace moejit::detail {
 namespace {
 
 // CTAs of a batch grid: the experts' token tiles (at most (pairs + slots * (tile - 1)) / tile, since each
-// of at most `slots` active experts rounds its pairs up to a whole tile) times the row groups.
+// of at most `slots` active experts rounds its pairs up to a whole tile) times the row groups (warps x
+// slabs per warp slabs of 16 rows each).
 unsigned batch_grid(const ForwardContext& ctx, const KernelKey& key, int rows) {
   const LayerSpec& spec = ctx.layer.spec();
   const long long pairs = static_cast<long long>(ctx.args.tokens) * spec.top_k;
   const long long slots = std::min<long long>(pairs, spec.experts);
   const long long tile = 8LL * key.ntiles;
   const long long tiles = (pairs + slots * (tile - 1)) / tile;
-  const long long groups = (rows / 16 + key.warps - 1) / key.warps;
+  const long long slabs_per_cta = static_cast<long long>(key.warps) * key.slabs;
+  const long long groups = (rows / 16 + slabs_per_cta - 1) / slabs_per_cta;
   return static_cast<unsigned>(tiles * groups);
 }
 
