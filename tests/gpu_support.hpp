@@ -8,6 +8,7 @@
 #include <cmath>
 #include <initializer_list>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "moejit/codecs.hpp"
 #include "moejit/reference.hpp"
 #include "moejit/runtime.hpp"
+#include "moejit/safetensors.hpp"
 
 namespace moejit::test {
 
@@ -84,6 +86,38 @@ class ScopedEnv {
  private:
   std::vector<const char*> names_;
 };
+
+// The small layer most GPU cases use: 3 experts (local ids 5..7), top 2, H = 96 (1.5 chunks of K for FC1,
+// 6 row slabs), I = 160 (2.5 chunks of K for FC2), gate/up interleaved for swigluoai; limit 7 for
+// swigluoai, 3 for silu.
+inline LayerSpec small_spec(ScaleFormat f, Activation a, bool bias, bool limit) {
+  LayerSpec s;
+  s.format = f;
+  s.activation = a;
+  s.experts = 3;
+  s.hidden = 96;
+  s.intermediate = 160;
+  s.top_k = 2;
+  s.expert_begin = 5;
+  s.has_bias = bias;
+  s.gate_up_order = a == Activation::swigluoai ? GateUpOrder::interleaved : GateUpOrder::gate_up;
+  if (limit) s.limit = a == Activation::swigluoai ? 7.f : 3.f;
+  return s;
+}
+
+// A golden layer's expected output (expected.safetensors' out_f32 in golden directory `dir`), widened to
+// double for compare().
+inline std::vector<double> golden_expected(const std::string& dir) {
+  SafetensorsFile expected = read_safetensors(dir + "/expected.safetensors");
+  const Tensor& t = expected.tensors.at("out_f32");
+  std::vector<double> want(t.data.size() / 4);
+  for (size_t i = 0; i < want.size(); ++i) {
+    float v;
+    std::memcpy(&v, t.data.data() + 4 * i, 4);
+    want[i] = v;
+  }
+  return want;
+}
 
 inline std::vector<float> to_float(const std::vector<uint16_t>& bf) {
   std::vector<float> f(bf.size());

@@ -24,21 +24,6 @@ Runtime& runtime() {
   return rt;
 }
 
-LayerSpec small_spec(ScaleFormat f, Activation a, bool bias, bool limit) {
-  LayerSpec s;
-  s.format = f;
-  s.activation = a;
-  s.experts = 3;
-  s.hidden = 96;
-  s.intermediate = 160;
-  s.top_k = 2;
-  s.expert_begin = 5;
-  s.has_bias = bias;
-  s.gate_up_order = a == Activation::swigluoai ? GateUpOrder::interleaved : GateUpOrder::gate_up;
-  if (limit) s.limit = a == Activation::swigluoai ? 7.f : 3.f;
-  return s;
-}
-
 std::vector<uint16_t> run_batch(const PreparedLayer& layer, const HostInputs& in) {
   DeviceInputs d = upload_inputs(runtime(), layer, in, in.tokens);
   return run_poisoned(runtime(), layer, d, in.tokens, Family::batch);
@@ -109,14 +94,7 @@ TEST_CASE("batch family matches the golden layers", "[gpu][batch][golden]") {
     const std::string dir = golden_dir() + "/" + name;
     HostLayer host = read_layer_file(dir + "/layer.safetensors");
     HostInputs in = read_input_file(dir + "/input.safetensors");
-    SafetensorsFile expected = read_safetensors(dir + "/expected.safetensors");
-    const Tensor& t = expected.tensors.at("out_f32");
-    std::vector<double> want(t.data.size() / 4);
-    for (size_t i = 0; i < want.size(); ++i) {
-      float v;
-      std::memcpy(&v, t.data.data() + 4 * i, 4);
-      want[i] = v;
-    }
+    const std::vector<double> want = golden_expected(dir);
     auto layer = runtime().prepare(host);
     check_agreement(compare(to_float(run_batch(*layer, in)), want), /*with_cosine=*/false);
   }

@@ -30,21 +30,6 @@ std::vector<uint16_t> run_decode(Runtime& rt, const PreparedLayer& layer, Device
   return run_poisoned(rt, layer, d, tokens, Family::decode);
 }
 
-LayerSpec small_spec(ScaleFormat f, Activation a, bool bias, bool limit) {
-  LayerSpec s;
-  s.format = f;
-  s.activation = a;
-  s.experts = 3;
-  s.hidden = 96;
-  s.intermediate = 160;
-  s.top_k = 2;
-  s.expert_begin = 5;
-  s.has_bias = bias;
-  s.gate_up_order = a == Activation::swigluoai ? GateUpOrder::interleaved : GateUpOrder::gate_up;
-  if (limit) s.limit = a == Activation::swigluoai ? 7.f : 3.f;
-  return s;
-}
-
 // A layer of the given geometry with the activation the format's models use: MXFP4 as gpt-oss
 // (swigluoai, biases, limit, interleaved gate/up), NVFP4 silu without either.
 LayerSpec format_spec(ScaleFormat f, int experts, int top_k, int hidden, int intermediate) {
@@ -116,14 +101,7 @@ TEST_CASE("decode family matches the golden layers", "[gpu][golden]") {
     const std::string dir = golden_dir() + "/" + name;
     HostLayer host = read_layer_file(dir + "/layer.safetensors");
     HostInputs in = read_input_file(dir + "/input.safetensors");
-    SafetensorsFile expected = read_safetensors(dir + "/expected.safetensors");
-    const Tensor& t = expected.tensors.at("out_f32");
-    std::vector<double> want(t.data.size() / 4);
-    for (size_t i = 0; i < want.size(); ++i) {
-      float v;
-      std::memcpy(&v, t.data.data() + 4 * i, 4);
-      want[i] = v;
-    }
+    const std::vector<double> want = golden_expected(dir);
     auto layer = runtime().prepare(host);
     DeviceInputs d = upload_inputs(runtime(), *layer, in, in.tokens);
     auto out = run_decode(runtime(), *layer, d, in.tokens);
