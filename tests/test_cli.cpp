@@ -121,6 +121,22 @@ TEST_CASE("cli: plan", "[cli]") {
   const auto cfg = load_model_config("qwen3-30b-a3b");
   for (int m : {1, 8, 9})
     for (const auto& k : make_plan(cfg.local(), Arch::sm_120a, m, 84).kernels) CHECK_THAT(r.out, Catch::Contains(k.str()));
+
+  // Past the cutover the automatic plan is the batch family; --family forces either where it can serve M.
+  r = cli({"plan", "--config", "deepseek-v3", "--arch", "sm_90a", "--tokens", "64,4096"});
+  INFO(r.out);
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains("decode_fc1:sm_90a:nvfp4") && Catch::Contains("batch_fc1:sm_90a:nvfp4") &&
+                        Catch::Contains("batch_fc2:sm_90a:nvfp4"));
+  r = cli({"plan", "--config", "deepseek-v3", "--arch", "sm_90a", "--tokens", "1", "--family", "batch"});
+  INFO(r.out);
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains("batch_fc1:sm_90a:nvfp4:silu:a16:E256:H7168:I2048:w4n1d3o0:b0:l0:i0"));
+  // A forced family that cannot serve M: the row says why (the table goes on for the other M).
+  r = cli({"plan", "--config", "deepseek-v3", "--arch", "sm_90a", "--tokens", "300", "--family", "decode"});
+  INFO(r.out);
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains("the decode family serves at most 256 tokens, asked for 300"));
 }
 
 TEST_CASE("cli: inspect source and ptx", "[cli]") {

@@ -20,10 +20,13 @@ struct GeneratedSource {
 // the generator cannot build.
 GeneratedSource generate_source(const KernelKey& key);
 
+// Dynamic shared memory in bytes of a batch kernel (batch_fc1, batch_fc2): depth + 1 stages of its copy
+// ring, each the token tile (8 * ntiles rows of 160 bytes) and every warp's weight runs and scale bytes
+// (templates/moe_batch.cuh: BatchStage); 0 for other kinds. Throws moejit::Error when the key does not
+// normalize. Thread-safe.
+int batch_dynamic_smem(const KernelKey& key);
 // CTAs per SM a decode kernel's register cap is built for (__launch_bounds__' second argument): the
 // key's min_blocks, else at least 512 resident threads per SM (1 for wide token tiles).
-// Dynamic shared memory of a batch kernel: depth + 1 stages of its copy ring (templates/moe_batch.cuh).
-int batch_dynamic_smem(const KernelKey& key);
 int decode_ctas_per_sm(const KernelKey& key);
 // Threads per CTA of a key's kernel (decode_fc1_stream: its warps plus the producer warp; decode_pipe:
 // its FC1 consumer warps, the producer warp and its `groups` FC2 warps). Pure.
@@ -35,8 +38,8 @@ int decode_register_cap(const KernelKey& key);
 // Dynamic shared memory, in bytes, a key's kernel is launched with: decode_fc1_stream's ring of depth
 // stages, each warps x parts chunks of weights and scales, after its barriers
 // (templates/slab_stream.cuh); decode_pipe's ring only (the rest depends on the forward:
-// decode_pipe_layout); 0 for every other kind. Pure; throws moejit::Error for a key that
-// does not normalize.
+// decode_pipe_layout); a batch kernel's ring (batch_dynamic_smem); 0 for every other kind. Pure;
+// throws moejit::Error for a key that does not normalize.
 int decode_dynamic_smem(const KernelKey& key);
 // Whether a register-fed decode kernel keeps its activation pieces one chunk ahead in registers (a
 // ring of ~16 registers): FC2 always with one token tile, FC1 only where its register cap leaves 80

@@ -30,7 +30,10 @@ struct Plan {
 inline constexpr int kDecodeMaxTokens = 256;
 // Largest M one forward serves (the batch family's grids and the workspace's indices stay in range).
 inline constexpr int kMaxTokens = 65536;
-// From this many tokens on, the automatic plan is the batch family (docs/PERFORMANCE.md, "batch family").
+// From this many tokens on, the automatic plan is the batch family (docs/PERFORMANCE.md v24): the measured
+// cutover in pairs per expert for the layer's expert size, never while the decode family routes inline
+// (M * top_k <= 128), and at most kDecodeMaxTokens + 1. Pure function of a valid spec's geometry
+// (experts, top_k, hidden, intermediate, activation); thread-safe; does not throw.
 int batch_from_tokens(const LayerSpec& spec);
 // Up to this many (token, slot) pairs the decode kernels may route inside each CTA (no route launch):
 // 64 with two pairs per lane (key field i1), 128 with four (i2), where FC2 sums the top-k in its CTAs.
