@@ -105,6 +105,18 @@ inline LayerSpec small_spec(ScaleFormat f, Activation a, bool bias, bool limit) 
   return s;
 }
 
+// small_spec for every format x activation x bias x limit the layer accepts (a limit only for silu and
+// swigluoai), in a fixed order: the families' full sweeps.
+inline std::vector<LayerSpec> small_spec_variants() {
+  std::vector<LayerSpec> v;
+  for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4})
+    for (Activation a : {Activation::silu, Activation::gelu_tanh, Activation::relu2, Activation::swigluoai})
+      for (bool bias : {false, true})
+        for (bool limit : {false, true})
+          if (!limit || a == Activation::silu || a == Activation::swigluoai) v.push_back(small_spec(f, a, bias, limit));
+  return v;
+}
+
 // A golden layer's expected output (expected.safetensors' out_f32 in golden directory `dir`), widened to
 // double for compare().
 inline std::vector<double> golden_expected(const std::string& dir) {

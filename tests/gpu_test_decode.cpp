@@ -80,19 +80,15 @@ void for_each_fc2_sum_case(uint64_t seed, std::initializer_list<int> token_count
 
 TEST_CASE("decode family matches the reference for every activation, format, bias and limit", "[gpu][decode]") {
   uint64_t seed = 1000;
-  for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4})
-    for (Activation a : {Activation::silu, Activation::gelu_tanh, Activation::relu2, Activation::swigluoai})
-      for (bool bias : {false, true})
-        for (bool limit : {false, true}) {
-          if (limit && a != Activation::silu && a != Activation::swigluoai) continue;
-          LayerSpec spec = small_spec(f, a, bias, limit);
-          HostLayer host = make_random_layer(spec, ++seed);
-          auto layer = runtime().prepare(host);
-          for (int m : {1, 2, 3, 7, 16, 33, 64}) {
-            INFO(fmt::format("{} {} bias={} limit={} M={}", to_string(f), to_string(a), bias, limit, m));
-            check_agreement(check_against_reference(host, *layer, m, ++seed), /*with_cosine=*/true);
-          }
-        }
+  for (const LayerSpec& spec : small_spec_variants()) {
+    HostLayer host = make_random_layer(spec, ++seed);
+    auto layer = runtime().prepare(host);
+    for (int m : {1, 2, 3, 7, 16, 33, 64}) {
+      INFO(fmt::format("{} {} bias={} limit={} M={}", to_string(spec.format), to_string(spec.activation), spec.has_bias,
+                       spec.limit.has_value(), m));
+      check_agreement(check_against_reference(host, *layer, m, ++seed), /*with_cosine=*/true);
+    }
+  }
 }
 
 TEST_CASE("decode family matches the golden layers", "[gpu][golden]") {
