@@ -2,10 +2,8 @@
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_process.hpp"
 #include "moejit/host_layer.hpp"
 #include "moejit/model_config.hpp"
 #include "moejit/planner.hpp"
@@ -47,33 +46,11 @@ Sandbox& sandbox() {
   return s;
 }
 
-struct Result {
-  int rc = -1;
-  std::string out;  // stdout and stderr together
-};
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
+using Result = moejit_test::CliResult;
 
 Result cli(const std::vector<std::string>& args) {
   (void)sandbox();
-  const std::string bin = MOEJIT_CLI_PATH;
-  REQUIRE(::access(bin.c_str(), X_OK) == 0);  // build the moejit_cli target before this test
-  std::string cmd = quote(bin);
-  for (const auto& a : args) cmd += " " + quote(a);
-  cmd += " 2>&1";
-  Result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = ::pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  return r;
+  return moejit_test::run_cli(args);
 }
 
 // The decode FC1 kernel the planner picks for qwen3-30b-a3b at M = 1 on sm_90a.

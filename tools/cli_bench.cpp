@@ -19,7 +19,8 @@
 // Bytes: distinct local experts in topk_ids x the prepared FP4 + scale bytes of one expert (FC1 and
 // FC2 planes of runtime/prepared_layout.hpp, including their padding; biases and activations not
 // counted). Copy bandwidth: cuMemcpyDtoDAsync of a 1 GiB buffer, (bytes read + bytes written) / time,
-// median of 10. Read floor: per M, a kernel that only reads that many contiguous bytes, timed like the
+// median of 10. Dense bf16 rate: the vendor's GEMM at 8192^3 (tools/cli_bench_dense.cpp). Read floor:
+// per M, a kernel that only reads that many contiguous bytes, timed like the
 // forward in step 3 (tools/cli_bench_read_floor.cpp), for M whose weight bytes fit in 1 GiB.
 #include <fmt/format.h>
 
@@ -37,6 +38,7 @@
 #include "runtime/driver_api.hpp"
 #include "runtime/graph_capture.hpp"
 #include "runtime/prepared_layout.hpp"
+#include "tools/cli_bench_dense.hpp"
 #include "tools/cli_bench_read_floor.hpp"
 #include "tools/cli_common.hpp"
 
@@ -161,7 +163,7 @@ BenchFlush parse_bench_flush(const std::string& s) {
 
 BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string& config_name,
                       const std::vector<int>& tokens, int replays, uint64_t seed, BenchFlush flush_mode,
-                      Family force) {
+                      Family force, bool measure_dense) {
   const LayerSpec& spec = layer.spec();
   BenchReport rep;
   rep.flush = flush_mode;
@@ -186,6 +188,10 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
   size_t copy_bytes = size_t{1} << 30;
   while (copy_bytes > (size_t{64} << 20) && 2 * copy_bytes + (size_t{256} << 20) > free_b) copy_bytes /= 2;
   rep.copy_tbps = copy_bandwidth(s, copy_bytes) / 1e12;
+  // The second ceiling: the dense bf16 tensor-core rate (tools/cli_bench_dense.cpp).
+  const DenseCeiling dense = measure_dense ? measure_dense_bf16(s) : DenseCeiling{0, "--dense off"};
+  rep.dense_tflops = dense.tflops;
+  rep.dense_what = dense.what;
 
   const size_t H = static_cast<size_t>(spec.hidden), K = static_cast<size_t>(spec.top_k);
   DeviceBuffer x(static_cast<size_t>(max_m) * H * 2), ids(static_cast<size_t>(max_m) * K * 4),
@@ -287,6 +293,13 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
     row.tbps = row.weight_bytes / (row.us * 1e-6) / 1e12;
     row.copy_fraction = rep.copy_tbps > 0 ? row.tbps / rep.copy_tbps : 0;
     row.tflops = 2.0 * macs_per_pair * static_cast<double>(pairs) / (row.us * 1e-6) / 1e12;
+    if (rep.dense_tflops > 0 && rep.copy_tbps > 0) {
+      row.dense_fraction = row.tflops / rep.dense_tflops;
+      // The roofline's time: the larger of the weights at copy bandwidth and the FLOPs at the dense rate.
+      const double roof_us = std::max(row.weight_bytes / (rep.copy_tbps * 1e12),
+                                      2.0 * macs_per_pair * static_cast<double>(pairs) / (rep.dense_tflops * 1e12)) * 1e6;
+      row.roofline_fraction = roof_us / row.us;
+    }
     row.graph_matches_eager = eager == replayed;
     rep.rows.push_back(row);
   }
@@ -297,24 +310,32 @@ void print_bench_table(const BenchReport& r) {
   fmt::print("bench {} on {} ({}): copy bandwidth {:.2f} TB/s (1 GiB device copy, read+write), L2 {} flushed ({} of "
              "2x L2) before each of {} graph replays (median)\n",
              r.config, r.device, r.arch, r.copy_tbps, human_bytes(r.l2_bytes), to_string(r.flush), r.replays);
+  if (r.dense_tflops > 0)
+    fmt::print("dense bf16 {:.0f} TFLOP/s ({})\n", r.dense_tflops, r.dense_what);
+  else
+    fmt::print("dense bf16: not measured ({}); no 'of dense' or 'roofline' column\n", r.dense_what);
   fmt::print("time: between event nodes around the forward inside the graph; replay: events around the launch of a\n"
              "graph holding only the forward (its launch latency included); chain: per layer in a graph of {} (flush,\n"
              "forward) pairs less its flushes (the layer among other kernels, no event node beside it). TB/s, % and\n"
              "TFLOP/s use time; chain % = weights / chain / copy bandwidth. read: a kernel that only reads the same\n"
-             "number of contiguous bytes, timed like time; of read = read / time.\n",
+             "number of contiguous bytes, timed like time; of read = read / time. of dense = TFLOP/s / dense bf16;\n"
+             "roofline = max(weights / copy bandwidth, FLOPs / dense bf16) / time.\n",
              kChainLayers);
-  fmt::print("{:>5} {:>10} {:>11} {:>10} {:>8} {:>8} {:>12} {:>8} {:>8} {:>10} {:>8} {:>8}\n", "M", "time (us)",
-             "replay (us)", "chain (us)", "chain %", "experts", "weights", "TB/s", "of copy", "read (us)", "of read",
-             "TFLOP/s");
+  fmt::print("{:>5} {:>10} {:>11} {:>10} {:>8} {:>8} {:>12} {:>8} {:>8} {:>10} {:>8} {:>8} {:>8} {:>8}\n", "M",
+             "time (us)", "replay (us)", "chain (us)", "chain %", "experts", "weights", "TB/s", "of copy", "read (us)",
+             "of read", "TFLOP/s", "of dense", "roofline");
   bool mismatch = false;
   for (const auto& row : r.rows) {
     const std::string floor = row.us_read_floor > 0 ? fmt::format("{:.1f}", row.us_read_floor) : "-";
     const std::string of_read = row.us_read_floor > 0 ? fmt::format("{:.0f}%", 100.0 * row.us_read_floor / row.us) : "-";
+    const std::string of_dense = r.dense_tflops > 0 ? fmt::format("{:.1f}%", 100.0 * row.dense_fraction) : "-";
+    const std::string roofline = r.dense_tflops > 0 ? fmt::format("{:.0f}%", 100.0 * row.roofline_fraction) : "-";
     const double chain_fraction =
         row.us_chain > 0 && r.copy_tbps > 0 ? row.weight_bytes / (row.us_chain * 1e-6) / 1e12 / r.copy_tbps : 0;
-    fmt::print("{:>5} {:>10.1f} {:>11.1f} {:>10.1f} {:>7.0f}% {:>8} {:>12} {:>8.2f} {:>7.0f}% {:>10} {:>8} {:>8.2f}{}\n",
-               row.tokens, row.us, row.us_replay, row.us_chain, 100.0 * chain_fraction, row.experts_touched, human_bytes(row.weight_bytes), row.tbps, 100.0 * row.copy_fraction,
-               floor, of_read, row.tflops, row.graph_matches_eager ? "" : "  graph != eager!");
+    fmt::print("{:>5} {:>10.1f} {:>11.1f} {:>10.1f} {:>7.0f}% {:>8} {:>12} {:>8.2f} {:>7.0f}% {:>10} {:>8} {:>8.2f} {:>8} {:>8}{}\n",
+               row.tokens, row.us, row.us_replay, row.us_chain, 100.0 * chain_fraction, row.experts_touched,
+               human_bytes(row.weight_bytes), row.tbps, 100.0 * row.copy_fraction, floor, of_read, row.tflops, of_dense,
+               roofline, row.graph_matches_eager ? "" : "  graph != eager!");
     mismatch = mismatch || !row.graph_matches_eager;
   }
   if (mismatch) fmt::print("warning: a graph replay differed from the eager forward (outputs must be deterministic)\n");
@@ -329,6 +350,8 @@ void write_bench_json(const BenchReport& r, const std::string& path) {
   j["replays"] = r.replays;
   j["l2_bytes"] = r.l2_bytes;
   j["copy_tbps"] = r.copy_tbps;
+  j["dense_bf16_tflops"] = r.dense_tflops > 0 ? nlohmann::json(r.dense_tflops) : nlohmann::json();
+  j["dense_bf16_method"] = r.dense_what;
   j["flush"] = to_string(r.flush);
   j["rows"] = nlohmann::json::array();
   for (const auto& row : r.rows)
@@ -343,6 +366,8 @@ void write_bench_json(const BenchReport& r, const std::string& path) {
                          {"tbps", row.tbps},
                          {"copy_fraction", row.copy_fraction},
                          {"tflops", row.tflops},
+                         {"dense_fraction", r.dense_tflops > 0 ? nlohmann::json(row.dense_fraction) : nlohmann::json()},
+                         {"roofline_fraction", r.dense_tflops > 0 ? nlohmann::json(row.roofline_fraction) : nlohmann::json()},
                          {"graph_matches_eager", row.graph_matches_eager}});
   std::ofstream f(path);
   if (!f) throw Error(fmt::format("--json {}: cannot open the file for writing", path));
@@ -354,13 +379,14 @@ int cmd_bench(int argc, char** argv) {
   static const CommandSpec spec{
       "bench",
       "--config NAME|PATH [--tokens LIST] [--replays N] [--flush read|write] [--family auto|decode|batch] [--json PATH]\n"
-      "      [--seed N] [--jobs N]",
+      "      [--dense on|off] [--seed N] [--jobs N]",
       "time layers in CUDA graphs",
       "Times forward for each M inside a CUDA graph with a cold L2 (a scratch buffer of 2x the L2 size is read, or\n"
       "written with --flush write, before every replay, outside the timed events) and prints the median next to the\n"
       "device copy bandwidth measured in the same run: M, time, distinct experts touched, weight bytes read (distinct experts x\n"
       "prepared FP4 + scale bytes per expert), achieved TB/s, fraction of copy bandwidth, the time of a kernel that\n"
-      "only reads the same number of bytes (timed the same way) and its fraction of the forward, and useful TFLOP/s.\n"
+      "only reads the same number of bytes (timed the same way) and its fraction of the forward, useful TFLOP/s, their\n"
+      "fraction of the dense bf16 rate measured in the same run (cuBLASLt, when installed) and of the roofline.\n"
       "The layer is random (FP4 codes uniform random bytes, valid block scales; see docs) and the inputs are\n"
       "random with ids uniform over the local experts. Missing kernels are compiled first by parallel prewarm.\n"
       "Needs a GPU.",
@@ -368,6 +394,7 @@ int cmd_bench(int argc, char** argv) {
        {"tokens", "LIST", "token counts M (default 1,2,4,8,16,32,64)"},
        {"replays", "N", "timed graph replays per M (default 100)"},
        {"flush", "read|write", "how the L2 is emptied before each replay: read (default) or write 2x the L2 size"},
+       {"dense", "on|off", "measure the dense bf16 ceiling (default on; off skips its GEMMs)"},
        {"family", "F", "auto (default), decode or batch: force a kernel family (fails if it cannot serve M)"},
        {"json", "PATH", "also write the rows as JSON"},
        {"seed", "N", "random seed (default 1)"},
@@ -383,6 +410,8 @@ int cmd_bench(int argc, char** argv) {
   const int replays = args.integer("replays", 100, 1, 1000000);
   const int seed = args.integer("seed", 1, 0);
   const BenchFlush flush = parse_bench_flush(args.str("flush", "read"));
+  const std::string dense = args.str("dense", "on");
+  if (dense != "on" && dense != "off") throw UsageError(fmt::format("--dense must be on or off, got '{}'", dense));
   const int jobs = args.integer("jobs", static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), 1, 1024);
   Family force = Family::automatic;
   try {
@@ -412,7 +441,8 @@ int cmd_bench(int argc, char** argv) {
     const HostLayer layer = make_random_code_layer(local, static_cast<uint64_t>(seed));
     prepared = rt.prepare(layer);
   }
-  const BenchReport rep = run_bench(rt, *prepared, cfg.name, tokens, replays, static_cast<uint64_t>(seed), flush, force);
+  const BenchReport rep = run_bench(rt, *prepared, cfg.name, tokens, replays, static_cast<uint64_t>(seed), flush, force,
+                                    dense == "on");
   print_bench_table(rep);
   if (args.has("json")) write_bench_json(rep, args.str("json"));
   return kExitOk;

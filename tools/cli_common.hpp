@@ -141,6 +141,8 @@ struct BenchRow {
   double tbps = 0;                // weight_bytes / time
   double copy_fraction = 0;       // tbps / measured device copy bandwidth
   double tflops = 0;              // useful FLOPs (2 per MAC over routed pairs) / time
+  double dense_fraction = 0;      // tflops / measured dense bf16 rate (0: no dense ceiling measured)
+  double roofline_fraction = 0;   // max(weights / copy bandwidth, FLOPs / dense rate) / time (0: no dense ceiling)
   bool graph_matches_eager = true;
 };
 
@@ -156,6 +158,8 @@ struct BenchReport {
   int replays = 0;
   double l2_bytes = 0;
   double copy_tbps = 0;  // device copy bandwidth: (read + write bytes) / time of a 1 GiB copy
+  double dense_tflops = 0;  // dense bf16 GEMM rate measured in the same run (0: not measured, see dense_what)
+  std::string dense_what;   // how the dense rate was measured, or why it was not
   BenchFlush flush = BenchFlush::read;
   std::vector<BenchRow> rows;
 };
@@ -163,7 +167,7 @@ struct BenchReport {
 // Times runtime.forward inside a CUDA graph for every M of tokens (cold L2 before each replay).
 BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string& config_name,
                       const std::vector<int>& tokens, int replays, uint64_t seed, BenchFlush flush,
-                      Family force = Family::automatic);
+                      Family force = Family::automatic, bool measure_dense = true);
 void print_bench_table(const BenchReport& r);
 void write_bench_json(const BenchReport& r, const std::string& path);
 

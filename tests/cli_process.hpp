@@ -1,0 +1,50 @@
+#pragma once
+// Runs the `moejit` binary as a separate process and collects what it prints (CLI tests, CPU and GPU).
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace moejit_test {
+
+struct CliResult {
+  int rc = -1;
+  std::string out;  // stdout and stderr together
+};
+
+inline std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// The binary: $MOEJIT_CLI when set (a copy of the build moved elsewhere), else the build's own path.
+inline std::string cli_binary() {
+  const char* env = std::getenv("MOEJIT_CLI");
+  return env && *env ? env : MOEJIT_CLI_PATH;
+}
+
+inline CliResult run_cli(const std::vector<std::string>& args) {
+  const std::string bin = cli_binary();
+  REQUIRE(::access(bin.c_str(), X_OK) == 0);  // build the moejit_cli target before this test
+  std::string cmd = shell_quote(bin);
+  for (const auto& a : args) cmd += " " + shell_quote(a);
+  cmd += " 2>&1";
+  CliResult r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = ::pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  return r;
+}
+
+}  // namespace moejit_test
