@@ -24,6 +24,26 @@ int act_code(Activation a) {
 const char* cpp_bool(bool b) { return b ? "true" : "false"; }
 // Matrices per FC1 slab chunk: gate and up, or one for relu2.
 int fc1_mats(const KernelKey& key) { return key.activation == Activation::relu2 ? 1 : 2; }
+
+// wgmma_rs for an n-column tile: one m64nNk16 warpgroup MMA, bf16 A from four registers per thread, B by
+// shared-memory descriptor, fp32 accumulators d[0..n/2) added to (templates/wgmma.cuh). Generated because
+// the operand list is as long as the accumulator.
+std::string wgmma_rs_source(int n) {
+  const int regs = n / 2;  // operands: d[0..regs), a[0..3] at regs.., desc at regs + 4, the constant 1 at regs + 5
+  std::string d, outs;
+  for (int i = 0; i < regs; ++i) {
+    d += fmt::format("{}%{}", i ? ", " : "", i);
+    outs += fmt::format("{}\"+f\"(d[{}])", i ? ", " : "", i);
+  }
+  return fmt::format(
+      "MOEJIT_DEVICE void wgmma_rs(float (&d)[{0}], const u32 (&a)[4], u64 desc) {{\n"
+      "  asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, %{9}, 0; \"\n"
+      "               \"wgmma.mma_async.sync.aligned.m64n{1}k16.f32.bf16.bf16 {{{2}}}, {{%{3}, %{4}, %{5}, %{6}}}, \"\n"
+      "               \"%{7}, p, 1, 1, 0; }}\"\n"
+      "               : {8}\n"
+      "               : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(desc), \"r\"(1));\n}}\n",
+      regs, n, d, regs, regs + 1, regs + 2, regs + 3, regs + 4, outs, regs + 5);
+}
 }  // namespace
 
 int kernel_threads(const KernelKey& key) {
@@ -58,8 +78,14 @@ int pipe_static_smem(const KernelKey& key) {
 int batch_dynamic_smem(const KernelKey& raw) {
   const KernelKey key = raw.normalized();
   if (key.kind != KernelKind::batch_fc1 && key.kind != KernelKind::batch_fc2) return 0;
-  // templates/moe_batch.cuh: BatchStage::kBytes per stage, depth + 1 stages.
   const int mats = key.kind == KernelKind::batch_fc1 ? fc1_mats(key) : 1;
+  if (key.wgmma) {
+    // templates/moe_batch_wgmma.cuh: WgmmaStage::kBytes (1024-byte multiples) per stage, depth + 1 stages,
+    // and 1024 bytes to align the ring.
+    const int used = 8 * key.ntiles * 128 + key.warps * mats * (512 + chunk_scale_bytes(key));
+    return (key.depth + 1) * ((used + 1023) / 1024 * 1024) + 1024;
+  }
+  // templates/moe_batch.cuh: BatchStage::kBytes per stage, depth + 1 stages.
   const int stage = 8 * key.ntiles * 160 + key.warps * key.slabs * mats * (512 + chunk_scale_bytes(key));
   return (key.depth + 1) * stage;
 }
@@ -268,19 +294,31 @@ GeneratedSource generate_source(const KernelKey& raw) {
       if (smem > kMaxDynamicSmem)
         throw Error(fmt::format("kernel key {}: the copy ring needs {} bytes of shared memory, more than {}", key.str(),
                                 smem, kMaxDynamicSmem));
-      const std::string check = fmt::format(
-          "static_assert({} * BatchStage<{}, {}, {}, {}, {}>::kBytes == {}, \"host and device ring sizes differ\");\n",
-          key.depth + 1, cpp_bool(key.format == ScaleFormat::nvfp4), fc1 ? fc1_mats(key) : 1, key.warps, key.ntiles,
-          key.slabs, smem);
-      const std::string call =
-          fc1 ? fmt::format("moe_batch_fc1<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
-                            cpp_bool(key.format == ScaleFormat::nvfp4), act_code(key.activation), cpp_bool(key.limit),
-                            cpp_bool(key.bias), key.hidden, key.intermediate, key.warps, key.ntiles, key.depth + 1,
-                            key.slabs)
-              : fmt::format("moe_batch_fc2<{}, {}, {}, {}, {}, {}, {}, {}>", cpp_bool(key.format == ScaleFormat::nvfp4),
-                            cpp_bool(key.bias), key.hidden, key.intermediate, key.warps, key.ntiles, key.depth + 1,
-                            key.slabs);
-      out.source = header + "#include \"moe_batch.cuh\"\n" + check + fmt::format(
+      const bool nvfp4 = key.format == ScaleFormat::nvfp4;
+      const int mats = fc1 ? fc1_mats(key) : 1;
+      std::string check, call, includes;
+      if (key.wgmma) {
+        check = fmt::format(
+            "static_assert({} * WgmmaStage<{}, {}, {}, {}>::kBytes + 1024 == {}, \"host and device ring sizes differ\");\n",
+            key.depth + 1, cpp_bool(nvfp4), mats, key.warps, key.ntiles, smem);
+        call = fc1 ? fmt::format("moe_batch_wgmma_fc1<{}, {}, {}, {}, {}, {}, {}, {}, {}>", cpp_bool(nvfp4),
+                                 act_code(key.activation), cpp_bool(key.limit), cpp_bool(key.bias), key.hidden,
+                                 key.intermediate, key.warps, key.ntiles, key.depth + 1)
+                   : fmt::format("moe_batch_wgmma_fc2<{}, {}, {}, {}, {}, {}, {}>", cpp_bool(nvfp4), cpp_bool(key.bias),
+                                 key.hidden, key.intermediate, key.warps, key.ntiles, key.depth + 1);
+        includes = "#include \"wgmma.cuh\"\n" + wgmma_rs_source(8 * key.ntiles) + "#include \"moe_batch_wgmma.cuh\"\n";
+      } else {
+        check = fmt::format(
+            "static_assert({} * BatchStage<{}, {}, {}, {}, {}>::kBytes == {}, \"host and device ring sizes differ\");\n",
+            key.depth + 1, cpp_bool(nvfp4), mats, key.warps, key.ntiles, key.slabs, smem);
+        call = fc1 ? fmt::format("moe_batch_fc1<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", cpp_bool(nvfp4),
+                                 act_code(key.activation), cpp_bool(key.limit), cpp_bool(key.bias), key.hidden,
+                                 key.intermediate, key.warps, key.ntiles, key.depth + 1, key.slabs)
+                   : fmt::format("moe_batch_fc2<{}, {}, {}, {}, {}, {}, {}, {}>", cpp_bool(nvfp4), cpp_bool(key.bias),
+                                 key.hidden, key.intermediate, key.warps, key.ntiles, key.depth + 1, key.slabs);
+        includes = "#include \"moe_batch.cuh\"\n";
+      }
+      out.source = header + includes + check + fmt::format(
           "extern \"C\" __global__ void __launch_bounds__({0}, {1}) {2}(const {3} p) {{\n  {4}(p);\n}}\n",
           threads, std::max(key.min_blocks, 1), out.entry, fc1 ? "DecodeFc1Params" : "DecodeFc2Params", call);
       // FC2's module also holds the top-k combine, launched after FC2 (suffix _combine).

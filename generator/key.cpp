@@ -42,7 +42,8 @@ std::string KernelKey::str() const {
   const std::string p = (parts != 1 ? fmt::format("p{}", parts) : "") + (groups != 1 ? fmt::format("g{}", groups) : "") +
                         (slabs != 1 ? fmt::format("s{}", slabs) : "") +
                         (columns != 8 ? fmt::format("c{}", columns) : "") +
-                        (l2_ahead != 0 ? fmt::format("f{}", l2_ahead) : "") + (x_staged ? "x" : "");
+                        (l2_ahead != 0 ? fmt::format("f{}", l2_ahead) : "") + (x_staged ? "x" : "") +
+                        (wgmma ? "m" : "");
   return fmt::format("{}:{}:{}:{}:{}:E{}:H{}:I{}:w{}n{}d{}o{}{}:b{}:l{}:i{}", to_string(kind), to_string(arch),
                      to_string(format), to_string(activation), to_string(precision), experts, hidden,
                      intermediate, warps, ntiles, depth, min_blocks, p, bias ? 1 : 0, limit ? 1 : 0,
@@ -93,6 +94,10 @@ KernelKey KernelKey::parse(std::string_view s) {
   k.hidden = parse_prefixed(p[6], 'H', "hidden", s);
   k.intermediate = parse_prefixed(p[7], 'I', "intermediate", s);
   auto tile = p[8];
+  if (!tile.empty() && tile.back() == 'm') {
+    k.wgmma = true;
+    tile.remove_suffix(1);
+  }
   if (!tile.empty() && tile.back() == 'x') {
     k.x_staged = true;
     tile.remove_suffix(1);
@@ -121,7 +126,7 @@ KernelKey KernelKey::parse(std::string_view s) {
   if (tile.empty() || tile[0] != 'w' || npos == std::string_view::npos || dpos == std::string_view::npos ||
       opos == std::string_view::npos || !(npos < dpos && dpos < opos) ||
       (ppos != std::string_view::npos && ppos < opos))
-    throw Error(fmt::format("kernel key '{}': tile field '{}' must look like w4n1d2o0 (or w8n1d8o2p2, w8n1d1o3p2g2, w16n1d1o1p4s2, w4n1d1o8c4, w8n1d1o4c4f2, w4n1d1o8c4x)",
+    throw Error(fmt::format("kernel key '{}': tile field '{}' must look like w4n1d2o0 (or w8n1d8o2p2, w8n1d1o3p2g2, w16n1d1o1p4s2, w4n1d1o8c4, w8n1d1o4c4f2, w4n1d1o8c4x, w8n16d3o1m)",
                             s, p[8]));
   k.warps = parse_int_field(tile.substr(1, npos - 1), "warps", s);
   k.ntiles = parse_int_field(tile.substr(npos + 1, dpos - npos - 1), "ntiles", s);
@@ -184,7 +189,12 @@ KernelKey KernelKey::normalized() const {
     throw Error(fmt::format("kernel key {}: hidden must be a positive multiple of {}", str(), block));
   if (k.intermediate <= 0 || k.intermediate % block)
     throw Error(fmt::format("kernel key {}: intermediate must be a positive multiple of {}", str(), block));
-  if (k.ntiles < 1 || k.ntiles > 8) throw Error(fmt::format("kernel key {}: ntiles must be in [1, 8]", str()));
+  const bool batch_kind = k.kind == KernelKind::batch_fc1 || k.kind == KernelKind::batch_fc2;
+  if (!batch_kind) k.wgmma = false;
+  // A warpgroup MMA takes up to 256 columns (32 n-tiles); the register-fed MMAs keep up to 8 n-tiles.
+  const int max_ntiles = k.wgmma ? 32 : 8;
+  if (k.ntiles < 1 || k.ntiles > max_ntiles)
+    throw Error(fmt::format("kernel key {}: ntiles must be in [1, {}]", str(), max_ntiles));
   if (k.depth < 1 || k.depth > 8) throw Error(fmt::format("kernel key {}: depth must be in [1, 8]", str()));
   if (k.min_blocks < 0 || k.min_blocks > 32)
     throw Error(fmt::format("kernel key {}: min_blocks must be in [0, 32]", str()));
@@ -246,6 +256,17 @@ KernelKey KernelKey::normalized() const {
     if (k.depth < 1 || k.depth > 7)
       throw Error(fmt::format("kernel key {}: batch kernels keep 1..7 chunks in flight (depth)", str()));
     k.l2_ahead = 0;
+    if (k.wgmma) {
+      if (k.arch != Arch::sm_90a)
+        throw Error(fmt::format("kernel key {}: warpgroup MMA (m) exists on sm_90a only", str()));
+      if (k.warps % 4)
+        throw Error(fmt::format("kernel key {}: warpgroup MMA kernels take whole warpgroups (warps 4, 8, 12, 16)", str()));
+      if (k.slabs != 1)
+        throw Error(fmt::format("kernel key {}: warpgroup MMA kernels give each warp one slab (no s suffix)", str()));
+      if (k.depth < 2)
+        throw Error(fmt::format("kernel key {}: warpgroup MMA kernels need depth >= 2 (a stage being multiplied, one "
+                                "decoded, at least one copied)", str()));
+    }
   }
   if (k.kind == KernelKind::decode_fc2 || k.kind == KernelKind::decode_fc2_sum || k.kind == KernelKind::batch_fc2) {
     // FC2 does not see the activation; the limit is an FC1 concern.

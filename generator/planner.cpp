@@ -222,10 +222,10 @@ void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
     env = std::getenv(name);
   }
   if (!env || !*env) return;
-  // Letter-number fields in the order w, n, d, o, p, g, s, c, f, x; w and d required.
-  const std::string_view text(env), order("wndopgscfx");
-  int value[10] = {0, 1, 0, 0, 1, 1, 1, 8, 0, 0};
-  bool seen[10] = {false, false, false, false, false, false, false, false, false, false};
+  // Letter-number fields in the order w, n, d, o, p, g, s, c, f, x, m; w and d required.
+  const std::string_view text(env), order("wndopgscfxm");
+  int value[11] = {0, 1, 0, 0, 1, 1, 1, 8, 0, 0, 0};
+  bool seen[11] = {false, false, false, false, false, false, false, false, false, false, false};
   size_t at = 0, last = 0;
   bool ok = true;
   while (ok && at < text.size()) {
@@ -239,15 +239,19 @@ void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
     last = field;
     at = static_cast<size_t>(ptr - text.data());
   }
-  ok = ok && seen[0] && seen[2] && value[0] >= 1 && value[0] <= 32 && (value[1] == 1 || value[1] == 2 ||
-       value[1] == 4 || value[1] == 8) && value[2] >= 1 && value[2] <= 8 && value[3] >= 0 && value[3] <= 32 &&
+  // Token tiles: 1, 2, 4 or 8 for register-fed MMAs, 1..32 with warpgroup MMA (m1; the key checks).
+  ok = ok && seen[0] && seen[2] && value[0] >= 1 && value[0] <= 32 &&
+       (value[10] == 1 ? value[1] >= 1 && value[1] <= 32
+                       : value[1] == 1 || value[1] == 2 || value[1] == 4 || value[1] == 8) && value[2] >= 1 && value[2] <= 8 && value[3] >= 0 && value[3] <= 32 &&
        value[4] >= 1 && value[4] <= 8 && value[5] >= 1 && value[5] <= 16 && (value[6] == 1 || value[6] == 2) &&
-       (value[7] == 8 || value[7] == 4) && value[8] >= 0 && value[8] <= 16 && (value[9] == 0 || value[9] == 1);
+       (value[7] == 8 || value[7] == 4) && value[8] >= 0 && value[8] <= 16 && (value[9] == 0 || value[9] == 1) &&
+       (value[10] == 0 || value[10] == 1);
   if (!ok)
     throw Error(fmt::format("{}='{}' must look like w4d2, w4d2o6, w4n1d1o6, w8d4o2p2, w8d1o3p2g2, w4d4p4, w16d1o1p4s2, "
-                            "w4d1o8c4, w8d1o4c4f2 or w4d1o8c4x1 (warps 1..32, token tiles 1, 2, 4 or 8, depth 1..8, CTAs per "
-                            "SM 0..32, parts 1..8, CTAs per slab 1..8 (decode_pipe: FC2 warps 1..16), slabs per CTA 1 or 2, "
-                            "columns 8 or 4, L2 prefetch 0..16 chunks, staged x 0 or 1)",
+                            "w4d1o8c4, w8d1o4c4f2, w4d1o8c4x1 or w8n16d3o1m1 (warps 1..32, token tiles 1, 2, 4 or 8 (1..32 with m1), "
+                            "depth 1..8, CTAs per SM 0..32, parts 1..8, CTAs per slab 1..8 (decode_pipe: FC2 warps 1..16), "
+                            "slabs per CTA 1 or 2, columns 8 or 4, L2 prefetch 0..16 chunks, staged x 0 or 1, warpgroup MMA 0 "
+                            "or 1)",
                             name, env));
   k.warps = value[0];
   if (seen[1]) k.ntiles = value[1];
@@ -262,6 +266,8 @@ void apply_tuning_overrides(KernelKey& k, const char* specific_variable) {
   if (seen[7]) k.columns = value[7];
   if (seen[8]) k.l2_ahead = value[8];
   if (seen[9]) k.x_staged = value[9] == 1;
+  // Likewise the MMA kind: an override without m1 asks for the register-fed MMAs.
+  k.wgmma = seen[10] && value[10] == 1;
 }
 
 // The inline routing level (KernelKey::inline_route) for `pairs` (token, slot) pairs: 1 up to 64 pairs;
@@ -399,19 +405,35 @@ KernelKey base_key(const LayerSpec& spec, Arch arch) {
 // gets on average (a wider tile only holds idle MMA columns and registers); from 4 column tiles on, two
 // slabs per warp (128 rows per CTA), which reuse every activation piece for twice the MMAs (v24, µs, one
 // slab : two, M = 1024 / 4096: gpt-oss-120b 1474.6 / 4251.2 : 1334.4 / 3891.6, DeepSeek-V3 5103.2 / 14398.7
-// : 4240.1 / 12440.8). MOEJIT_BATCH_TILE_FC1 / _FC2 override it (w<warps>n<tiles>d<chunks in flight>
-// o<CTAs per SM>s<slabs per warp>).
+// : 4240.1 / 12440.8). On sm_90a, from 64 pairs per expert on, warpgroup MMA: 2 warpgroups x 64 pairs, 4
+// stages, 2 CTAs per SM (v25, µs, register MMA : warpgroup MMA at 32 / 64 / 128 / 256 pairs per expert:
+// gpt-oss-120b M = 1024..8192 1336.1 / 2263.5 / 3894.5 / 7130.0 : 1468.1 / 2143.6 / 3613.2 / 6571.5,
+// DeepSeek-V3 4238.8 / 7366.5 / 12463.7 / 22637.1 : 5002.1 / 7241.1 / 12132.1 / 21694.8, Qwen3-30B-A3B
+// M = 1024 / 4096 / 8192 (64 / 256 / 512) 574.0 / 1691.7 / 3232.0 : 517.0 / 1535.0 / 2956.2).
+// MOEJIT_BATCH_TILE_FC1 / _FC2 override it (w<warps>n<tiles>d<chunks in flight>o<CTAs per SM>s<slabs per
+// warp>m<warpgroup MMA 0|1>).
+constexpr double kWgmmaFromPairsPerExpert = 64;
+
 Plan batch_plan(const LayerSpec& spec, int tokens, Plan plan, const KernelKey& route) {
   KernelKey fc1 = base_key(spec, route.arch);
   const double per_expert = static_cast<double>(std::max(tokens, 1)) * spec.top_k / spec.experts;
-  int nt = 1;
-  while (nt < 8 && nt * 8 < per_expert) nt *= 2;
   fc1.kind = KernelKind::batch_fc1;
-  fc1.warps = 4;
-  fc1.ntiles = nt;
-  fc1.depth = 3;  // a ring of 4 stages in shared memory
-  fc1.min_blocks = 0;
-  fc1.slabs = nt >= 4 ? 2 : 1;
+  if (route.arch == Arch::sm_90a && per_expert >= kWgmmaFromPairsPerExpert) {
+    fc1.wgmma = true;
+    fc1.warps = 8;
+    fc1.ntiles = 8;
+    fc1.depth = 3;
+    fc1.min_blocks = 2;
+    fc1.slabs = 1;
+  } else {
+    int nt = 1;
+    while (nt < 8 && nt * 8 < per_expert) nt *= 2;
+    fc1.warps = 4;
+    fc1.ntiles = nt;
+    fc1.depth = 3;  // a ring of 4 stages in shared memory
+    fc1.min_blocks = 0;
+    fc1.slabs = nt >= 4 ? 2 : 1;
+  }
   KernelKey fc2 = fc1;
   fc2.kind = KernelKind::batch_fc2;
   apply_tuning_overrides(fc1, "MOEJIT_BATCH_TILE_FC1");

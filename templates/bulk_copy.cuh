@@ -70,6 +70,11 @@ MOEJIT_DEVICE void bulk_copy_to_shared(u32 dst, const void* src, u32 bytes, u32 
 MOEJIT_DEVICE void cp_async_16(u32 dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
+// The same for 4 bytes (through L1: .cg copies 16 only). For pieces that must land apart, such as the
+// two halves of an 8-byte run that an MMA operand order splits.
+MOEJIT_DEVICE void cp_async_4(u32 dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
 MOEJIT_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 MOEJIT_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 // Waits until at most kPending of this thread's committed groups are still in flight.

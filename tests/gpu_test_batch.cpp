@@ -65,7 +65,10 @@ TEST_CASE("every batch tile matches the reference, and tiles of one product give
       // Per chunk product, the first tile's bits and the tiles that must reproduce them.
       for (const auto& group :
            {std::vector<const char*>{"w4n1d3", "w1n1d1", "w2n2d1", "w16n1d6", "w8n2d2o2", "w2n1d3s2", "w4n2d1s2"},
-            std::vector<const char*>{"w4n8d3", "w4n4d1", "w8n8d2", "w1n4d7", "w4n8d5o2", "w4n8d3s2", "w2n4d2s2"}}) {
+            std::vector<const char*>{"w4n8d3", "w4n4d1", "w8n8d2", "w1n4d7", "w4n8d5o2", "w4n8d3s2", "w2n4d2s2"},
+            // Warpgroup MMA (sm_90a): 1..4 warpgroups, token tiles of 8 to 256 pairs, rings of 3..6 stages.
+            std::vector<const char*>{"w8n16d3o1m1", "w4n4d2m1", "w8n32d2o1m1", "w12n8d2o1m1", "w16n1d4o1m1", "w4n24d5m1"}}) {
+        if (group.front() == std::string("w8n16d3o1m1") && runtime().arch() != Arch::sm_90a) continue;
         std::vector<uint16_t> first;
         for (const char* tile : group) {
           INFO(fmt::format("{} M={} tile {}", to_string(f), m, tile));
@@ -79,6 +82,28 @@ TEST_CASE("every batch tile matches the reference, and tiles of one product give
             CHECK(out == first);
         }
       }
+    }
+  }
+}
+
+TEST_CASE("warpgroup-MMA batch kernels match the reference for every activation, format, bias and limit",
+          "[gpu][batch][wgmma]") {
+  if (runtime().arch() != Arch::sm_90a) {
+    WARN("warpgroup MMA needs sm_90a; skipped on " << to_string(runtime().arch()));
+    return;
+  }
+  const ScopedEnv guard{"MOEJIT_BATCH_TILE_FC1", "MOEJIT_BATCH_TILE_FC2"};
+  ::setenv("MOEJIT_BATCH_TILE_FC1", "w8n8d3o1m1", 1);
+  ::setenv("MOEJIT_BATCH_TILE_FC2", "w8n8d3o1m1", 1);
+  uint64_t seed = 7000;
+  for (const LayerSpec& spec : small_spec_variants()) {
+    HostLayer host = make_random_layer(spec, ++seed);
+    auto layer = runtime().prepare(host);
+    for (int m : {1, 17, 130, 300}) {
+      INFO(fmt::format("{} {} bias={} limit={} M={} plan: {}", to_string(spec.format), to_string(spec.activation),
+                       spec.has_bias, spec.limit.has_value(), m, runtime().plan(*layer, m, Family::batch).describe()));
+      HostInputs in = make_random_inputs(spec, m, ++seed, true);
+      check_agreement(compare(to_float(run_batch(*layer, in)), reference_forward(host, in).out_f64), /*with_cosine=*/true);
     }
   }
 }
@@ -115,6 +140,16 @@ TEST_CASE("batch family at a real geometry", "[gpu][batch][models]") {
     INFO(fmt::format("M={} plan: {}", m, runtime().plan(*layer, m, Family::batch).describe()));
     HostInputs in = make_random_inputs(s, m, 950 + m, true);
     check_agreement(compare(to_float(run_batch(*layer, in)), reference_forward(host, in).out_f64), /*with_cosine=*/true);
+  }
+  if (runtime().arch() == Arch::sm_90a) {  // the same on warpgroup MMA: 22.5 row groups of 8 slabs
+    const ScopedEnv guard{"MOEJIT_BATCH_TILE_FC1", "MOEJIT_BATCH_TILE_FC2"};
+    ::setenv("MOEJIT_BATCH_TILE_FC1", "w8n16d3o1m1", 1);
+    ::setenv("MOEJIT_BATCH_TILE_FC2", "w8n16d3o1m1", 1);
+    for (int m : {40, 150}) {
+      INFO(fmt::format("M={} plan: {}", m, runtime().plan(*layer, m, Family::batch).describe()));
+      HostInputs in = make_random_inputs(s, m, 960 + m, true);
+      check_agreement(compare(to_float(run_batch(*layer, in)), reference_forward(host, in).out_f64), /*with_cosine=*/true);
+    }
   }
 }
 

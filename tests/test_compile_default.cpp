@@ -138,17 +138,18 @@ TEST_CASE("kernels with the trace records of a -DMOEJIT_TRACE=ON build compile",
 }
 
 TEST_CASE("the batch family's kernels of every bundled model compile for both architectures", "[compile][batch]") {
-  // Every token tile the planner uses (1, 2, 4 and 8 column tiles), per bundled config; sm_90a without
-  // spills (the 64-pair tile holds 128 accumulators per thread and still fits 255 registers).
+  // Every token tile the planner uses (1, 2, 4 and 8 column tiles of register MMAs; warpgroup MMA on
+  // sm_90a from 64 pairs per expert), per bundled config and architecture; sm_90a without spills (the
+  // 64-pair register tile holds 128 accumulators per thread and still fits 255 registers).
   for (const std::string& name : bundled_config_names()) {
     const ModelConfig cfg = load_model_config(name);
-    std::set<KernelKey> keys;
-    for (int m : {1, 64, 128, 300, 1024, 4096})
-      for (const auto& k : make_plan(cfg.local(), Arch::sm_90a, m, 132, Family::batch).kernels)
-        if (k.kind != KernelKind::route) keys.insert(k);
-    for (Arch arch : {Arch::sm_90a, Arch::sm_120a})
-      for (KernelKey key : keys) {
-        key.arch = arch;
+    for (Arch arch : {Arch::sm_90a, Arch::sm_120a}) {
+      std::set<KernelKey> keys;
+      for (int m : {1, 64, 128, 300, 1024, 4096, 16384})
+        for (const auto& k : make_plan(cfg.local(), arch, m, 132, Family::batch).kernels)
+          if (k.kind != KernelKind::route) keys.insert(k);
+      if (arch == Arch::sm_90a) CHECK(std::any_of(keys.begin(), keys.end(), [](const KernelKey& k) { return k.wgmma; }));
+      for (const KernelKey& key : keys) {
         INFO(name << " key " << key.str());
         CompileOutput out;
         REQUIRE_NOTHROW(out = compile_source(generate_source(key), arch));
@@ -156,5 +157,6 @@ TEST_CASE("the batch family's kernels of every bundled model compile for both ar
         INFO("registers " << out.registers << ", spill bytes " << out.spill_bytes << "\n" << out.log);
         if (arch == Arch::sm_90a) CHECK(out.spill_bytes == 0);
       }
+    }
   }
 }

@@ -71,6 +71,12 @@ std::vector<KernelKey> sample_keys() {
             if (kind == KernelKind::batch_fc1 || kind == KernelKind::batch_fc2) {
               k.columns = 8;  // batch tiles fill every column behind the route kernel
               k.inline_route = 0;
+              if (a == Arch::sm_90a && variant >= 2) {  // warpgroup MMA: whole warpgroups, one slab, depth >= 2
+                k.wgmma = true;
+                k.warps = 4 * (variant - 1);
+                k.depth = 2 + variant;
+                k.slabs = 1;
+              }
             }
             keys.push_back(k.normalized());
           }
@@ -719,11 +725,22 @@ TEST_CASE("the batch family: planned past the cutover, forced anywhere, keys nor
     CHECK(p.kernels[0].kind == KernelKind::route);
     CHECK(p.kernels[1].kind == KernelKind::batch_fc1);
     CHECK(p.kernels[2].kind == KernelKind::batch_fc2);
-    // 6 pairs per expert: one 8-column tile; 32+: the widest, two slabs per warp.
+    // 6 pairs per expert: one 8-column tile of register MMAs; 64+ (here 128+): warpgroup MMA, 2 warpgroups x
+    // 64 pairs, one slab per warp, FC1 and FC2 alike (their activation layout depends on it).
     CHECK(p.kernels[1].ntiles == (m == from ? 1 : 8));
-    CHECK(p.kernels[1].slabs == (m == from ? 1 : 2));
+    CHECK(p.kernels[1].wgmma == (m != from));
+    CHECK(p.kernels[1].warps == (m == from ? 4 : 8));
+    CHECK(p.kernels[1].slabs == 1);
+    CHECK(p.kernels[2].wgmma == p.kernels[1].wgmma);
     CHECK(p.kernels[2].slabs == p.kernels[1].slabs);
+    // sm_120a has no warpgroup MMA: the widest register tile, two slabs per warp.
+    const Plan q = make_plan(s, Arch::sm_120a, m, 84);
+    CHECK_FALSE(q.kernels.at(1).wgmma);
+    CHECK(q.kernels.at(1).slabs == (m == from ? 1 : 2));
   }
+  // The cutover to warpgroup MMA: 64 pairs per expert (gpt-oss-120b: 4 of 128 experts per token).
+  CHECK_FALSE(make_plan(s, Arch::sm_90a, 2047, 132).kernels.at(1).wgmma);
+  CHECK(make_plan(s, Arch::sm_90a, 2048, 132).kernels.at(1).wgmma);
   // Never while the decode family routes inside its CTAs (a 3-expert layer gets 42 pairs per expert at
   // M = 64, all 128 pairs routed inline), and never past the decode family's last token count.
   CHECK(batch_from_tokens(tiny_layer()) == kInlineRouteMaxPairs / tiny_layer().top_k + 1);
@@ -760,10 +777,44 @@ TEST_CASE("the batch family: planned past the cutover, forced anywhere, keys nor
   ::setenv("MOEJIT_BATCH_TILE_FC1", "w8n4d1o2", 1);
   const Plan over = make_plan(s, Arch::sm_90a, 1000, 132);
   ::unsetenv("MOEJIT_BATCH_TILE_FC1");
+  ::setenv("MOEJIT_BATCH_TILE_FC2", "w4n32d2o1m1", 1);
+  const Plan wide = make_plan(s, Arch::sm_90a, 4096, 132);
+  ::setenv("MOEJIT_BATCH_TILE_FC2", "w4n8d3", 1);
+  const Plan narrow = make_plan(s, Arch::sm_90a, 4096, 132);
+  ::unsetenv("MOEJIT_BATCH_TILE_FC2");
+  CHECK(wide.kernels.at(2).wgmma);
+  CHECK(wide.kernels.at(2).ntiles == 32);  // 256 pairs per warpgroup MMA
+  CHECK_FALSE(narrow.kernels.at(2).wgmma);  // an override without m1 asks for register MMAs
+  CHECK(narrow.kernels.at(1).wgmma);
   CHECK(over.kernels.at(1).warps == 8);
   CHECK(over.kernels.at(1).ntiles == 4);
   CHECK(over.kernels.at(1).min_blocks == 2);
   CHECK(over.kernels.at(1).slabs == 1);  // an override without s keeps one slab per warp
   CHECK(over.kernels.at(2).warps == 4);
   CHECK(over.kernels.at(2).slabs == 2);
+
+  // Warpgroup-MMA keys: sm_90a only, whole warpgroups, one slab per warp, depth >= 2, up to 256 pairs.
+  KernelKey w = wide.kernels.at(2);
+  CHECK(KernelKey::parse(w.str()) == w);
+  CHECK_THAT(w.str(), Catch::Contains(":w4n32d2o1m:"));  // the tile field ends in m
+  w.ntiles = 33;
+  CHECK_THROWS_WITH(w.normalized(), Catch::Contains("ntiles must be in [1, 32]"));
+  w = wide.kernels.at(2);
+  w.arch = Arch::sm_120a;
+  CHECK_THROWS_WITH(w.normalized(), Catch::Contains("sm_90a only"));
+  w = wide.kernels.at(2);
+  w.warps = 6;
+  CHECK_THROWS_WITH(w.normalized(), Catch::Contains("whole warpgroups"));
+  w = wide.kernels.at(2);
+  w.slabs = 2;
+  CHECK_THROWS_WITH(w.normalized(), Catch::Contains("one slab"));
+  w = wide.kernels.at(2);
+  w.depth = 1;
+  CHECK_THROWS_WITH(w.normalized(), Catch::Contains("depth >= 2"));
+  w = wide.kernels.at(2);
+  w.wgmma = false;
+  CHECK_THROWS_WITH(w.normalized(), Catch::Contains("ntiles must be in [1, 8]"));  // register MMAs: 64 pairs at most
+  KernelKey d = make_plan(s, Arch::sm_90a, 1, 132).kernels.at(0);
+  d.wgmma = true;
+  CHECK_FALSE(d.normalized().wgmma);  // other kinds ignore it
 }

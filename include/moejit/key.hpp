@@ -61,6 +61,10 @@ struct KernelKey {
   // memory once and reads its MMA pieces from there (no per-step global load and multiply). Tile
   // suffix x.
   bool x_staged = false;
+  // batch_fc1 / batch_fc2 on sm_90a: the product on warpgroup MMA (templates/moe_batch_wgmma.cuh: warps in
+  // whole warpgroups, one slab each, the token tile of 8 * ntiles pairs, up to 256, as the shared-memory B
+  // operand). FC1 and FC2 of a forward must agree (their activation layout differs). Tile suffix m.
+  bool wgmma = false;
   bool bias = false;
   bool limit = false;
   // Decode kernels route inside each CTA (E <= 1024): no route launch. 0: the route kernel's lists; 1:
@@ -71,7 +75,7 @@ struct KernelKey {
   // (the tile ends in p<parts> when parts != 1: "w8n1d8o2p2", then in g<groups> when groups != 1:
   // "w8n1d1o3p2g2", then in s<slabs> when slabs != 1: "w16n1d1o1p4s2", then in c<columns> when columns != 8:
   // "w4n1d1o8c4", then in f<l2_ahead> when l2_ahead != 0: "w8n1d1o4c4f2", then in x when x_staged:
-  // "w4n1d1o8c4x").
+  // "w4n1d1o8c4x", or in m when wgmma: "w8n16d3o1m").
   std::string str() const;
   // Parses str() output back; throws moejit::Error naming the bad field.
   static KernelKey parse(std::string_view s);

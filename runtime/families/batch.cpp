@@ -3,7 +3,11 @@
 // the launch latency overlaps). Grids are sized from the token count alone (no host sync): one CTA per
 // (token tile, row group) of an upper bound on the tiles the routing can produce; CTAs past the real
 // count exit at once (templates/moe_batch.cuh).
+#include <fmt/format.h>
+
 #include <algorithm>
+
+#include "moejit/error.hpp"
 
 #include "moejit/generator.hpp"
 #include "runtime/families/families.hpp"
@@ -32,6 +36,11 @@ unsigned batch_grid(const ForwardContext& ctx, const KernelKey& key, int rows) {
 
 void launch_batch(const ForwardContext& ctx, const KernelKey& fc1_key, const KernelKey& fc2_key) {
   const LayerSpec& spec = ctx.layer.spec();
+  // The warpgroup-MMA kernels store FC1's activations in MMA column order (templates/moe_batch_wgmma.cuh).
+  if (fc1_key.wgmma != fc2_key.wgmma)
+    throw Error(fmt::format("batch plan: FC1 {} and FC2 {} disagree on warpgroup MMA (m); their activation layouts "
+                            "differ, so both or neither must use it",
+                            fc1_key.str(), fc2_key.str()));
   DecodeFc1Params p1 = fc1_params(ctx);
   launch(ctx.modules.function(fc1_key, ctx.stream),
          LaunchShape{batch_grid(ctx, fc1_key, spec.intermediate), 1, 1, static_cast<unsigned>(fc1_key.warps * 32),

@@ -1,0 +1,248 @@
+// Batch family on sm_90a's warpgroup MMA (keys with the tile suffix m): the batch kernels' work split
+// (moe_batch.cuh: a CTA = kWarps 16-row slabs of one expert x a tile of 8 * kNT of its pairs, tiles
+// fixed at launch, fp32 partial rows summed by the combine) with the product on wgmma: each warp decodes
+// its slab's FP4 words into registers (the A operand, rows 16w.. of its warpgroup's 64), and the token
+// tile is the shared-memory B operand, so one m64nNk16 instruction multiplies 64 rows by up to 256 pairs
+// and the tensor cores run asynchronously beside the next chunk's decode and copies.
+//
+// K order. The prepared weights hold true K 4c..4c+3 of each k16 step in a lane's MMA columns
+// {2c, 2c+1, 2c+8, 2c+9} (fp4_decode.cuh). wgmma reads B from shared memory in MMA column order, so the
+// tile is stored in that order: FC1 copies the layer input in 4-byte units to their column positions;
+// FC1 writes its activations already in that order (mma_k_position), so FC2 copies 16-byte pieces. The act
+// buffer of these kernels is therefore not the decode family's: both FC1 and FC2 of a forward use
+// wgmma or neither (the host checks).
+//
+// Pipeline per 64-wide K chunk c (kStages stages of shared memory: one being multiplied, one being
+// decoded, kStages - 2 being copied): every thread waits for its copies of chunk c and fences them to the
+// async proxy, a barrier, the copies of chunk c + kStages - 2 go out into the stage of chunk c - 2, the
+// warp decodes and scales its A fragments into the register set chunk c - 2 used, issues its 4 x kMats
+// wgmmas, and waits only for chunk c - 1's. So each warp's decode overlaps its own previous MMAs.
+#pragma once
+#include "moe_batch.cuh"
+#include "wgmma.cuh"
+
+// One stage of the ring: the B tile (8 * kNT rows of 128 bytes, 128-byte swizzle, 1024-aligned), then each
+// warp's weight runs (kMats x 32 lanes x 16 bytes) and scale bytes; rounded up to 1024 bytes so every
+// stage's tile stays aligned. Mirrored by batch_dynamic_smem() (generator.cpp), which adds 1024 bytes of
+// alignment slack.
+template <bool kNvfp4, int kMats, int kWarps, int kNT>
+struct WgmmaStage {
+  static constexpr int kTile = 8 * kNT;
+  static constexpr int kScaleChunk = ScaleGeometry<kNvfp4>::kBytesPerChunk;
+  static constexpr int kActBytes = kTile * 128;
+  static constexpr int kWeightBytes = kWarps * kMats * 512;
+  static constexpr int kUsed = kActBytes + kWeightBytes + kWarps * kMats * kScaleChunk;
+  static constexpr int kBytes = (kUsed + 1023) / 1024 * 1024;
+};
+
+// The fp32 multiplier of the sums: NVFP4's global scale, and 2^26 for FC1, whose weights are scaled with
+// kShift = 100 against the raw layer input (batch_row_scales).
+template <bool kNvfp4, bool kRawB>
+MOEJIT_DEVICE float wgmma_output_scale(const float* gscale, int e) {
+  return (kNvfp4 ? gscale[e] : 1.f) * (kRawB ? 67108864.f : 1.f);
+}
+
+// acc[m] = this warp's rows of slab matrix m x the tile (wgmma accumulator layout), over K = kK.
+// rows[r]: global address of tile row r's K = 0 (shared memory, filled by the caller before a barrier; rows
+// past the tile repeat its last pair). valid: the
+// warp's slab exists (otherwise it multiplies zeros but still takes part in its warpgroup's MMAs and the
+// CTA's barriers). kRawB: B is the layer input in true K order (copied in 4-byte units to MMA column
+// order), else rows already in MMA column order (16-byte pieces).
+template <bool kNvfp4, int kK, int kMats, int kWarps, int kNT, int kStages, bool kRawB>
+MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, bool valid, const u16* const* rows, u8* smem,
+                                  float (&acc)[kMats][kNT * 4]) {
+  using SG = ScaleGeometry<kNvfp4>;
+  using Stage = WgmmaStage<kNvfp4, kMats, kWarps, kNT>;
+  constexpr int kChunks = (kK + 63) / 64;
+  constexpr int kThreads = kWarps * 32;
+  constexpr int kTile = Stage::kTile;
+  constexpr int kScalePieces = kMats * Stage::kScaleChunk / 16;
+  constexpr int kStepsPerBlock = kNvfp4 ? 1 : 2;  // MXFP4 blocks span two k16 steps
+  static_assert(kStages >= 3, "a ring of at least three stages: one being copied, one being multiplied, one ahead");
+  static_assert(kWarps % 4 == 0, "whole warpgroups");
+  const int lane = lane_id(), warp = threadIdx.x >> 5, g = lane >> 2;
+  const u32 smem_base = shared_address(smem);
+  const u32 ring = (smem_base + 1023u) & ~1023u;
+  u8* const ring_ptr = smem + (ring - smem_base);
+#pragma unroll
+  for (int m = 0; m < kMats; ++m)
+#pragma unroll
+    for (int i = 0; i < kNT * 4; ++i) acc[m][i] = 0.f;
+
+  auto issue = [&](int stage, int chunk) {
+    const u32 base = ring + stage * Stage::kBytes;
+    if constexpr (kRawB) {
+      // 32 units of 4 bytes per row: a warp copies one row per step (lane = unit), coalesced.
+      constexpr int kUnits = kTile * 32;
+#pragma unroll 4
+      for (int i = 0; i < (kUnits + kThreads - 1) / kThreads; ++i) {
+        const int unit = threadIdx.x + i * kThreads;
+        if (kUnits % kThreads == 0 || unit < kUnits) {
+          const int row = unit >> 5, u = unit & 31, v = u & 7;
+          // True K 2u, 2u + 1 of the chunk; in its k16 block they sit at columns 2c, 2c+1 (v = 2c) or
+          // 2c+8, 2c+9 (v = 2c + 1): 4-byte unit (v >> 1) + 4 (v & 1).
+          const int byte = (u >> 3) * 32 + ((v >> 1) + 4 * (v & 1)) * 4;
+          const int k = chunk * 64 + 2 * u;
+          const bool in_k = kK % 64 == 0 || k < kK;
+          cp_async_4(base + sw128_offset(row, byte >> 4) + (byte & 15), rows[row] + (in_k ? k : 0), in_k ? 4 : 0);
+        }
+      }
+    } else {
+      constexpr int kPieces = kTile * 8;
+#pragma unroll 4
+      for (int i = 0; i < (kPieces + kThreads - 1) / kThreads; ++i) {
+        const int piece = threadIdx.x + i * kThreads;
+        if (kPieces % kThreads == 0 || piece < kPieces) {
+          const int row = piece >> 3, j = piece & 7, k = chunk * 64 + j * 8;
+          const bool in_k = kK % 64 == 0 || k < kK;
+          cp_async_16(base + sw128_offset(row, j), rows[row] + (in_k ? k : 0), in_k ? 16 : 0);
+        }
+      }
+    }
+    if (valid) {
+#pragma unroll
+      for (int m = 0; m < kMats; ++m)
+        cp_async_16(base + Stage::kActBytes + ((warp * kMats + m) * 32 + lane) * 16, w + (chunk * kMats + m) * 32, 16);
+      if (lane < kScalePieces)
+        cp_async_16(base + Stage::kActBytes + Stage::kWeightBytes + warp * kMats * Stage::kScaleChunk + lane * 16,
+                    s + chunk * kMats * Stage::kScaleChunk + lane * 16, 16);
+    }
+  };
+
+  // Two sets of A fragments: a chunk's MMAs read theirs while the next chunk is decoded into the other.
+  u32 a[2][kMats][4][4];  // [set][matrix][k16 step][register]
+  // Chunk c: its stage and A set were last used by chunk c - 2, whose MMAs every warp has waited for
+  // (wgmma_wait<1> after committing c - 1) before the barrier below.
+  auto step = [&](auto set_tag, int chunk) {
+    constexpr int set = decltype(set_tag)::value ? 1 : 0;
+    const int stage = chunk % kStages;
+    cp_async_wait_group<kStages - 3>();
+    fence_proxy_async_shared();  // this thread's copies of the chunk, to the MMAs' async proxy
+    __syncthreads();
+    const int next = chunk + kStages - 2;
+    if (next < kChunks) issue(next % kStages, next);
+    cp_async_commit();
+
+    const u8* at = ring_ptr + stage * Stage::kBytes;
+    if (valid) {
+      const u32x4* wr = reinterpret_cast<const u32x4*>(at + Stage::kActBytes) + warp * kMats * 32 + lane;
+      const u8* sr = at + Stage::kActBytes + Stage::kWeightBytes + warp * kMats * Stage::kScaleChunk + g * SG::kBytesPerLane;
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) {
+        const u32x4 wc = wr[m * 32];
+        const u32x2 sc = kNvfp4 ? *reinterpret_cast<const u32x2*>(sr + m * Stage::kScaleChunk)
+                                : u32x2{*reinterpret_cast<const u32*>(sr + m * Stage::kScaleChunk), 0u};
+        u32 sg = 0, sg8 = 0;
+#pragma unroll
+        for (int st = 0; st < 4; ++st) {
+          if (st % kStepsPerBlock == 0) batch_row_scales<kNvfp4, kBatchScaleShift<kRawB>>(sc, st / kStepsPerBlock, sg, sg8);
+          const u32 word = st == 0 ? wc.x : st == 1 ? wc.y : st == 2 ? wc.z : wc.w;
+          u32* r = a[set][m][st];
+          fp4_decode_word(word, a[set][m][st]);
+          r[0] = bf16x2_mul(r[0], sg);
+          r[1] = bf16x2_mul(r[1], sg8);
+          r[2] = bf16x2_mul(r[2], sg);
+          r[3] = bf16x2_mul(r[3], sg8);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int m = 0; m < kMats; ++m)
+#pragma unroll
+        for (int st = 0; st < 4; ++st)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) a[set][m][st][i] = 0u;
+    }
+    wgmma_fence();
+    const u32 tile = ring + stage * Stage::kBytes;
+#pragma unroll
+    for (int st = 0; st < 4; ++st)
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) wgmma_rs(acc[m], a[set][m][st], wgmma_desc_k_sw128(tile + st * 32));
+    wgmma_commit();
+    wgmma_wait<1>();  // chunk - 1's MMAs are done: its stage and A set are free for chunk + 1
+  };
+
+#pragma unroll
+  for (int st = 0; st < kStages - 2; ++st) {
+    if (st < kChunks) issue(st, st);
+    cp_async_commit();
+  }
+#pragma unroll 1
+  for (int chunk = 0; chunk < kChunks; chunk += 2) {
+    step(BoolTag<false>{}, chunk);
+    if (chunk + 1 < kChunks) step(BoolTag<true>{}, chunk + 1);
+  }
+  wgmma_wait<0>();
+  cp_async_wait_all();
+}
+
+// FC1: act[q, :] = activation(x[token(q)] . W13[e]^T + b13[e]) as bf16 times 2^64, each 16-row block in MMA
+// column order (mma_k_position).
+template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kH, int kI, int kWarps, int kNT, int kStages>
+__device__ void moe_batch_wgmma_fc1(const DecodeFc1Params& p) {
+  constexpr int kMats = kAct == kActRelu2 ? 1 : 2;
+  constexpr int kChunks = (kH + 63) / 64;
+  constexpr int kSlabs = kI / 16;
+  constexpr int kGroups = (kSlabs + kWarps - 1) / kWarps;
+  constexpr int kTile = 8 * kNT;
+  extern __shared__ __align__(16) u8 batch_ring[];
+  pdl_wait_primary();  // the route kernel's lists
+  pdl_launch_dependents();
+  const BatchTile t = batch_tile<kTile, kGroups>(p.route, blockIdx.x);
+  if (t.slot < 0) return;
+  const int slab = t.group * kWarps + (int)(threadIdx.x >> 5);
+  const bool valid = slab < kSlabs;
+  const SlabOperands ops = slab_operands<kNvfp4, kChunks, kMats, kSlabs>(p.w, p.s, p.gscale, t.expert, valid ? slab : 0);
+  const int in_tile = min(kTile, t.count - t.first);
+  __shared__ const u16* rows[kTile];
+  for (int r = threadIdx.x; r < kTile; r += kWarps * 32)
+    rows[r] = p.x + (size_t)(t.pairs[t.first + min(r, in_tile - 1)] / p.route.top_k) * kH;
+  __syncthreads();
+  float acc[kMats][kNT * 4];
+  wgmma_slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kStages, true>(ops.w, ops.s, valid, rows, batch_ring, acc);
+  if (!valid) return;
+  float part[kNT][kMats][4];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+    for (int m = 0; m < kMats; ++m)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) part[nt][m][i] = acc[m][nt * 4 + i];
+  const ExpertWork work{0, t.expert, t.count, t.pairs};
+  fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, 8, true>(p, work, slab, t.first, (in_tile + 7) / 8, part,
+                                                               wgmma_output_scale<kNvfp4, true>(p.gscale, t.expert));
+}
+
+// FC2: partial[q, :] = w_q * (act[q] . W2[e]^T + b2[e]) in fp32 for every pair; batch_combine sums them.
+template <bool kNvfp4, bool kBias, int kH, int kI, int kWarps, int kNT, int kStages>
+__device__ void moe_batch_wgmma_fc2(const DecodeFc2Params& p) {
+  constexpr int kChunks = (kI + 63) / 64;
+  constexpr int kSlabs = kH / 16;
+  constexpr int kGroups = (kSlabs + kWarps - 1) / kWarps;
+  constexpr int kTile = 8 * kNT;
+  extern __shared__ __align__(16) u8 batch_ring[];
+  pdl_wait_primary();  // FC1's activations (and, through FC1's own wait, the route lists)
+  pdl_launch_dependents();
+  const BatchTile t = batch_tile<kTile, kGroups>(p.route, blockIdx.x);
+  if (t.slot < 0) return;
+  const int slab = t.group * kWarps + (int)(threadIdx.x >> 5);
+  const bool valid = slab < kSlabs;
+  const SlabOperands ops = slab_operands<kNvfp4, kChunks, 1, kSlabs>(p.w, p.s, p.gscale, t.expert, valid ? slab : 0);
+  const int in_tile = min(kTile, t.count - t.first);
+  __shared__ const u16* rows[kTile];
+  for (int r = threadIdx.x; r < kTile; r += kWarps * 32) rows[r] = p.act + (size_t)t.pairs[t.first + min(r, in_tile - 1)] * kI;
+  __syncthreads();
+  float acc[1][kNT * 4];
+  wgmma_slab_mma<kNvfp4, kI, 1, kWarps, kNT, kStages, false>(ops.w, ops.s, valid, rows, batch_ring, acc);
+  if (!valid) return;
+  const int e = t.expert;
+  const float gs = wgmma_output_scale<kNvfp4, false>(p.gscale, e);
+  for_each_pass_result<kNT, 8>(t.first, (in_tile + 7) / 8, t.count, [&](int nt, int i, int tt, int r) {
+    const int row = slab * 16 + r;
+    const int q = t.pairs[tt];
+    float y = acc[0][nt * 4 + i] * gs;
+    if (kBias) y += p.bias[(size_t)e * kH + row];
+    p.partial[(size_t)q * kH + row] = p.topk_weights[q] * y;
+  });
+}
