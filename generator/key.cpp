@@ -263,9 +263,12 @@ KernelKey KernelKey::normalized() const {
         throw Error(fmt::format("kernel key {}: warpgroup MMA kernels take whole warpgroups (warps 4, 8, 12, 16)", str()));
       if (k.slabs != 1)
         throw Error(fmt::format("kernel key {}: warpgroup MMA kernels give each warp one slab (no s suffix)", str()));
-      if (k.depth < 2)
-        throw Error(fmt::format("kernel key {}: warpgroup MMA kernels need depth >= 2 (a stage being multiplied, one "
-                                "decoded, at least one copied)", str()));
+      // Stages: one multiplied, one decoded, one or more copied; FC1 stores the layer input a step after
+      // loading it into registers, so one more.
+      const int min_depth = k.kind == KernelKind::batch_fc1 ? 3 : 2;
+      if (k.depth < min_depth)
+        throw Error(fmt::format("kernel key {}: warpgroup MMA {} kernels need depth >= {}", str(), to_string(k.kind),
+                                min_depth));
     }
   }
   if (k.kind == KernelKind::decode_fc2 || k.kind == KernelKind::decode_fc2_sum || k.kind == KernelKind::batch_fc2) {

@@ -70,11 +70,6 @@ MOEJIT_DEVICE void bulk_copy_to_shared(u32 dst, const void* src, u32 bytes, u32 
 MOEJIT_DEVICE void cp_async_16(u32 dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
-// The same for 4 bytes (through L1: .cg copies 16 only). For pieces that must land apart, such as the
-// two halves of an 8-byte run that an MMA operand order splits.
-MOEJIT_DEVICE void cp_async_4(u32 dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
 MOEJIT_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 MOEJIT_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 // Waits until at most kPending of this thread's committed groups are still in flight.
@@ -82,7 +77,9 @@ template <int kPending>
 MOEJIT_DEVICE void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
-// Orders this thread's earlier shared-memory reads before later copy-engine writes to the same bytes.
+// Orders this thread's shared-memory accesses through the generic proxy (loads, stores, cp.async) with the
+// async proxy's (bulk copies, wgmma operand reads): reads before later copy-engine writes of the same
+// bytes, writes before the warpgroup MMAs that read them (after a barrier).
 MOEJIT_DEVICE void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
 // Shared-memory loads by shared address (volatile: they must stay after the barrier wait that made

@@ -7,8 +7,9 @@
 //
 // K order. The prepared weights hold true K 4c..4c+3 of each k16 step in a lane's MMA columns
 // {2c, 2c+1, 2c+8, 2c+9} (fp4_decode.cuh). wgmma reads B from shared memory in MMA column order, so the
-// tile is stored in that order: FC1 copies the layer input in 4-byte units to their column positions;
-// FC1 writes its activations already in that order (mma_k_position), so FC2 copies 16-byte pieces. The act
+// tile is stored in that order: FC1 loads the layer input into registers and stores each k16 block's two
+// 16-byte pieces with their 4-byte units regrouped; FC1 writes its activations already in that order
+// (mma_k_position), so FC2 copies 16-byte pieces. The act
 // buffer of these kernels is therefore not the decode family's: both FC1 and FC2 of a forward use
 // wgmma or neither (the host checks).
 //
@@ -46,8 +47,8 @@ MOEJIT_DEVICE float wgmma_output_scale(const float* gscale, int e) {
 // rows[r]: global address of tile row r's K = 0 (shared memory, filled by the caller before a barrier; rows
 // past the tile repeat its last pair). valid: the
 // warp's slab exists (otherwise it multiplies zeros but still takes part in its warpgroup's MMAs and the
-// CTA's barriers). kRawB: B is the layer input in true K order (copied in 4-byte units to MMA column
-// order), else rows already in MMA column order (16-byte pieces).
+// CTA's barriers). kRawB: B is the layer input in true K order (staged through registers into MMA column
+// order), else rows already in MMA column order (16-byte cp.async pieces).
 template <bool kNvfp4, int kK, int kMats, int kWarps, int kNT, int kStages, bool kRawB>
 MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, bool valid, const u16* const* rows, u8* smem,
                                   float (&acc)[kMats][kNT * 4]) {
@@ -59,6 +60,7 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, bool valid, const
   constexpr int kScalePieces = kMats * Stage::kScaleChunk / 16;
   constexpr int kStepsPerBlock = kNvfp4 ? 1 : 2;  // MXFP4 blocks span two k16 steps
   static_assert(kStages >= 3, "a ring of at least three stages: one being copied, one being multiplied, one ahead");
+  static_assert(!kRawB || kStages >= 4, "the layer input is stored a step after its load: four stages at least");
   static_assert(kWarps % 4 == 0, "whole warpgroups");
   const int lane = lane_id(), warp = threadIdx.x >> 5, g = lane >> 2;
   const u32 smem_base = shared_address(smem);
@@ -69,24 +71,40 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, bool valid, const
 #pragma unroll
     for (int i = 0; i < kNT * 4; ++i) acc[m][i] = 0.f;
 
+  // The layer input (kRawB) in true K order: each k16 block of a row (32 bytes, 2-byte units u0..u7 of
+  // true K pairs) is loaded into registers and stored as the two 16-byte pieces of MMA column order,
+  // {u0, u2, u4, u6} and {u1, u3, u5, u7} (unit u goes to column pair (u >> 1) + 4 (u & 1)): no copy of
+  // less than 16 bytes. A chunk is loaded one step before it is stored (the load's latency hides behind a
+  // step), kStages - 3 steps before it is multiplied.
+  constexpr int kBlocks = kTile * 4;  // (row, k16 block) pieces of a chunk
+  constexpr int kBlocksPerThread = (kBlocks + kThreads - 1) / kThreads;
+  u32x4 staged[kRawB ? kBlocksPerThread : 1][2];
+  auto load_b = [&](int chunk) {
+#pragma unroll
+    for (int i = 0; i < kBlocksPerThread; ++i) {
+      const int bi = threadIdx.x + i * kThreads, row = bi >> 2, b = bi & 3, k = chunk * 64 + b * 16;
+      const bool live = (kBlocks % kThreads == 0 || bi < kBlocks) && (kK % 64 == 0 || k < kK);
+      staged[i][0] = live ? *reinterpret_cast<const u32x4*>(rows[row] + k) : u32x4{0u, 0u, 0u, 0u};
+      staged[i][1] = live ? *reinterpret_cast<const u32x4*>(rows[row] + k + 8) : u32x4{0u, 0u, 0u, 0u};
+    }
+  };
+  auto store_b = [&](int stage) {
+    u8* const base = ring_ptr + stage * Stage::kBytes;
+#pragma unroll
+    for (int i = 0; i < kBlocksPerThread; ++i) {
+      const int bi = threadIdx.x + i * kThreads, row = bi >> 2, b = bi & 3;
+      if (kBlocks % kThreads == 0 || bi < kBlocks) {
+        const u32x4 lo = staged[i][0], hi = staged[i][1];
+        *reinterpret_cast<u32x4*>(base + sw128_offset(row, 2 * b)) = u32x4{lo.x, lo.z, hi.x, hi.z};
+        *reinterpret_cast<u32x4*>(base + sw128_offset(row, 2 * b + 1)) = u32x4{lo.y, lo.w, hi.y, hi.w};
+      }
+    }
+  };
+
   auto issue = [&](int stage, int chunk) {
     const u32 base = ring + stage * Stage::kBytes;
     if constexpr (kRawB) {
-      // 32 units of 4 bytes per row: a warp copies one row per step (lane = unit), coalesced.
-      constexpr int kUnits = kTile * 32;
-#pragma unroll 4
-      for (int i = 0; i < (kUnits + kThreads - 1) / kThreads; ++i) {
-        const int unit = threadIdx.x + i * kThreads;
-        if (kUnits % kThreads == 0 || unit < kUnits) {
-          const int row = unit >> 5, u = unit & 31, v = u & 7;
-          // True K 2u, 2u + 1 of the chunk; in its k16 block they sit at columns 2c, 2c+1 (v = 2c) or
-          // 2c+8, 2c+9 (v = 2c + 1): 4-byte unit (v >> 1) + 4 (v & 1).
-          const int byte = (u >> 3) * 32 + ((v >> 1) + 4 * (v & 1)) * 4;
-          const int k = chunk * 64 + 2 * u;
-          const bool in_k = kK % 64 == 0 || k < kK;
-          cp_async_4(base + sw128_offset(row, byte >> 4) + (byte & 15), rows[row] + (in_k ? k : 0), in_k ? 4 : 0);
-        }
-      }
+      // The layer input goes through registers instead (load_b / store_b below).
     } else {
       constexpr int kPieces = kTile * 8;
 #pragma unroll 4
@@ -120,6 +138,12 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, bool valid, const
     fence_proxy_async_shared();  // this thread's copies of the chunk, to the MMAs' async proxy
     __syncthreads();
     const int next = chunk + kStages - 2;
+    if (kRawB) {
+      // The chunk loaded at the previous step (next - 1) goes to its stage, freed at that step's barrier;
+      // it is multiplied at step next - 1 >= chunk + 1, after this thread's fence and that step's barrier.
+      if (chunk >= 1 && next - 1 < kChunks) store_b((next - 1) % kStages);
+      if (next < kChunks) load_b(next);
+    }
     if (next < kChunks) issue(next % kStages, next);
     cp_async_commit();
 
@@ -165,7 +189,13 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, bool valid, const
 
 #pragma unroll
   for (int st = 0; st < kStages - 2; ++st) {
-    if (st < kChunks) issue(st, st);
+    if (st < kChunks) {
+      issue(st, st);
+      if (kRawB) {
+        load_b(st);
+        store_b(st);
+      }
+    }
     cp_async_commit();
   }
 #pragma unroll 1

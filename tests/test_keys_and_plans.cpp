@@ -71,7 +71,7 @@ std::vector<KernelKey> sample_keys() {
             if (kind == KernelKind::batch_fc1 || kind == KernelKind::batch_fc2) {
               k.columns = 8;  // batch tiles fill every column behind the route kernel
               k.inline_route = 0;
-              if (a == Arch::sm_90a && variant >= 2) {  // warpgroup MMA: whole warpgroups, one slab, depth >= 2
+              if (a == Arch::sm_90a && variant >= 2) {  // warpgroup MMA: whole warpgroups, one slab, depth >= 3
                 k.wgmma = true;
                 k.warps = 4 * (variant - 1);
                 k.depth = 2 + variant;
@@ -811,6 +811,9 @@ TEST_CASE("the batch family: planned past the cutover, forced anywhere, keys nor
   w = wide.kernels.at(2);
   w.depth = 1;
   CHECK_THROWS_WITH(w.normalized(), Catch::Contains("depth >= 2"));
+  KernelKey w1 = wide.kernels.at(1);  // FC1 stores the layer input a step after loading it: one stage more
+  w1.depth = 2;
+  CHECK_THROWS_WITH(w1.normalized(), Catch::Contains("depth >= 3"));
   w = wide.kernels.at(2);
   w.wgmma = false;
   CHECK_THROWS_WITH(w.normalized(), Catch::Contains("ntiles must be in [1, 8]"));  // register MMAs: 64 pairs at most
