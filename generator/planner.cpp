@@ -406,12 +406,12 @@ KernelKey base_key(const LayerSpec& spec, Arch arch) {
 // slabs per warp (128 rows per CTA), which reuse every activation piece for twice the MMAs (v24, µs, one
 // slab : two, M = 1024 / 4096: gpt-oss-120b 1474.6 / 4251.2 : 1334.4 / 3891.6, DeepSeek-V3 5103.2 / 14398.7
 // : 4240.1 / 12440.8). On sm_90a, from 64 pairs per expert on, warpgroup MMA: 2 warpgroups x 64 pairs, 4
-// stages, 2 CTAs per SM (v25, µs, register MMA : warpgroup MMA at 32 / 64 / 128 / 256 pairs per expert:
-// gpt-oss-120b M = 1024..8192 1336.1 / 2263.5 / 3894.5 / 7130.0 : 1468.1 / 2143.6 / 3613.2 / 6571.5,
-// DeepSeek-V3 4238.8 / 7366.5 / 12463.7 / 22637.1 : 5002.1 / 7241.1 / 12132.1 / 21694.8, Qwen3-30B-A3B
-// M = 1024 / 4096 / 8192 (64 / 256 / 512) 574.0 / 1691.7 / 3232.0 : 517.0 / 1535.0 / 2956.2).
-// MOEJIT_BATCH_TILE_FC1 / _FC2 override it (w<warps>n<tiles>d<chunks in flight>o<CTAs per SM>s<slabs per
-// warp>m<warpgroup MMA 0|1>).
+// stages, 2 CTAs per SM (v25, µs, register MMA : warpgroup MMA, M = 2048 / 4096 (64 / 128 pairs per
+// expert): gpt-oss-120b 2263.5 / 3894.5 : 1883.0 / 3141.6, DeepSeek-V3 7366.5 / 12463.7 : 6186.8 /
+// 10180.8; Qwen3-30B-A3B M = 4096 (256) 1691.7 : 1381.7). At 32 pairs per expert the first warpgroup build
+// measured slower (gpt-oss-120b M = 1024 1336.1 : 1468.1, DeepSeek-V3 4238.8 : 5002.1); the cutover was not
+// measured again after its FC1 got faster. MOEJIT_BATCH_TILE_FC1 / _FC2 override it (w<warps>n<tiles>
+// d<chunks in flight>o<CTAs per SM>s<slabs per warp>m<warpgroup MMA 0|1>).
 constexpr double kWgmmaFromPairsPerExpert = 64;
 
 Plan batch_plan(const LayerSpec& spec, int tokens, Plan plan, const KernelKey& route) {
