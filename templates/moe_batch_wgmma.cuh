@@ -9,9 +9,8 @@
 // {2c, 2c+1, 2c+8, 2c+9} (fp4_decode.cuh). wgmma reads B from shared memory in MMA column order, so the
 // tile is stored in that order: FC1 loads the layer input into registers and stores each k16 block's two
 // 16-byte pieces with their 4-byte units regrouped; FC1 writes its activations already in that order
-// (mma_k_position), so FC2 copies 16-byte pieces. The act
-// buffer of these kernels is therefore not the decode family's: both FC1 and FC2 of a forward use
-// wgmma or neither (the host checks).
+// (mma_k_position), so FC2 copies 16-byte pieces. The act buffer of these kernels is therefore not the
+// decode family's: both FC1 and FC2 of a forward use wgmma or neither (the host checks).
 //
 // Pipeline per 64-wide K chunk c (kStages stages of shared memory: one being multiplied, one being
 // decoded, kStages - 2 being copied): every thread waits for its copies of chunk c and fences them to the
@@ -45,9 +44,8 @@ MOEJIT_DEVICE float wgmma_output_scale(const float* gscale, int e) {
 
 // acc[m] = this warp's rows of slab matrix m x the tile (wgmma accumulator layout), over K = kK.
 // rows[r]: global address of tile row r's K = 0 (shared memory, filled by the caller before a barrier; rows
-// past the tile repeat its last pair). valid: the
-// warp's slab exists (otherwise it multiplies zeros but still takes part in its warpgroup's MMAs and the
-// CTA's barriers). kRawB: B is the layer input in true K order (staged through registers into MMA column
+// past the tile repeat its last pair). valid: the warp's slab exists (otherwise it multiplies zeros but
+// still takes part in its warpgroup's MMAs and the CTA's barriers). kRawB: B is the layer input in true K order (staged through registers into MMA column
 // order), else rows already in MMA column order (16-byte cp.async pieces).
 template <bool kNvfp4, int kK, int kMats, int kWarps, int kNT, int kStages, bool kRawB>
 MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, bool valid, const u16* const* rows, u8* smem,
@@ -71,8 +69,8 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, bool valid, const
 #pragma unroll
     for (int i = 0; i < kNT * 4; ++i) acc[m][i] = 0.f;
 
-  // The layer input (kRawB) in true K order: each k16 block of a row (32 bytes, 2-byte units u0..u7 of
-  // true K pairs) is loaded into registers and stored as the two 16-byte pieces of MMA column order,
+  // The layer input (kRawB) in true K order: each k16 block of a row (32 bytes: 4-byte units u0..u7, each
+  // a pair of true K) is loaded into registers and stored as the two 16-byte pieces of MMA column order,
   // {u0, u2, u4, u6} and {u1, u3, u5, u7} (unit u goes to column pair (u >> 1) + 4 (u & 1)): no copy of
   // less than 16 bytes. A chunk is loaded one step before it is stored (the load's latency hides behind a
   // step), kStages - 3 steps before it is multiplied.
