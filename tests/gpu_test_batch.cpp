@@ -28,22 +28,26 @@ std::vector<uint16_t> run_batch(const PreparedLayer& layer, const HostInputs& in
   DeviceInputs d = upload_inputs(runtime(), layer, in, in.tokens);
   return run_poisoned(runtime(), layer, d, in.tokens, Family::batch);
 }
-}  // namespace
 
-TEST_CASE("batch family matches the reference for every activation, format, bias and limit", "[gpu][batch]") {
-  uint64_t seed = 5000;
+// Every small layer variant (activation x format x bias x limit) at each token count, under whatever
+// tile the planner (or its overrides) picks, against the fp64 reference. Seeds follow from `seed`.
+void check_every_variant(uint64_t seed, std::initializer_list<int> tokens) {
   for (const LayerSpec& spec : small_spec_variants()) {
     HostLayer host = make_random_layer(spec, ++seed);
     auto layer = runtime().prepare(host);
-    // 1 pair per expert up to several 64-pair tiles per expert with a ragged last tile.
-    for (int m : {1, 3, 17, 64, 130, 300}) {
+    for (int m : tokens) {
       INFO(fmt::format("{} {} bias={} limit={} M={} plan: {}", to_string(spec.format), to_string(spec.activation),
                        spec.has_bias, spec.limit.has_value(), m, runtime().plan(*layer, m, Family::batch).describe()));
       HostInputs in = make_random_inputs(spec, m, ++seed, true);
-      const auto out = run_batch(*layer, in);
-      check_agreement(compare(to_float(out), reference_forward(host, in).out_f64), /*with_cosine=*/true);
+      check_agreement(compare(to_float(run_batch(*layer, in)), reference_forward(host, in).out_f64), /*with_cosine=*/true);
     }
   }
+}
+}  // namespace
+
+TEST_CASE("batch family matches the reference for every activation, format, bias and limit", "[gpu][batch]") {
+  // 1 pair per expert up to several 64-pair tiles per expert with a ragged last tile.
+  check_every_variant(5000, {1, 3, 17, 64, 130, 300});
 }
 
 TEST_CASE("every batch tile matches the reference, and tiles of one product give the same bits", "[gpu][batch][tiles]") {
@@ -95,17 +99,7 @@ TEST_CASE("warpgroup-MMA batch kernels match the reference for every activation,
   const ScopedEnv guard{"MOEJIT_BATCH_TILE_FC1", "MOEJIT_BATCH_TILE_FC2"};
   ::setenv("MOEJIT_BATCH_TILE_FC1", "w8n8d3o1m1", 1);
   ::setenv("MOEJIT_BATCH_TILE_FC2", "w8n8d3o1m1", 1);
-  uint64_t seed = 7000;
-  for (const LayerSpec& spec : small_spec_variants()) {
-    HostLayer host = make_random_layer(spec, ++seed);
-    auto layer = runtime().prepare(host);
-    for (int m : {1, 17, 130, 300}) {
-      INFO(fmt::format("{} {} bias={} limit={} M={} plan: {}", to_string(spec.format), to_string(spec.activation),
-                       spec.has_bias, spec.limit.has_value(), m, runtime().plan(*layer, m, Family::batch).describe()));
-      HostInputs in = make_random_inputs(spec, m, ++seed, true);
-      check_agreement(compare(to_float(run_batch(*layer, in)), reference_forward(host, in).out_f64), /*with_cosine=*/true);
-    }
-  }
+  check_every_variant(7000, {1, 17, 130, 300});
 }
 
 TEST_CASE("batch family matches the golden layers", "[gpu][batch][golden]") {
@@ -136,20 +130,20 @@ TEST_CASE("batch family at a real geometry", "[gpu][batch][models]") {
   s.limit = 7.f;
   HostLayer host = make_random_code_layer(s, 78);
   auto layer = runtime().prepare(host);
-  for (int m : {40, 150}) {
-    INFO(fmt::format("M={} plan: {}", m, runtime().plan(*layer, m, Family::batch).describe()));
-    HostInputs in = make_random_inputs(s, m, 950 + m, true);
-    check_agreement(compare(to_float(run_batch(*layer, in)), reference_forward(host, in).out_f64), /*with_cosine=*/true);
-  }
+  auto check_tokens = [&](uint64_t seed_base) {
+    for (int m : {40, 150}) {
+      INFO(fmt::format("M={} plan: {}", m, runtime().plan(*layer, m, Family::batch).describe()));
+      HostInputs in = make_random_inputs(s, m, seed_base + m, true);
+      check_agreement(compare(to_float(run_batch(*layer, in)), reference_forward(host, in).out_f64),
+                      /*with_cosine=*/true);
+    }
+  };
+  check_tokens(950);
   if (runtime().arch() == Arch::sm_90a) {  // the same on warpgroup MMA: 22.5 row groups of 8 slabs
     const ScopedEnv guard{"MOEJIT_BATCH_TILE_FC1", "MOEJIT_BATCH_TILE_FC2"};
     ::setenv("MOEJIT_BATCH_TILE_FC1", "w8n16d3o1m1", 1);
     ::setenv("MOEJIT_BATCH_TILE_FC2", "w8n16d3o1m1", 1);
-    for (int m : {40, 150}) {
-      INFO(fmt::format("M={} plan: {}", m, runtime().plan(*layer, m, Family::batch).describe()));
-      HostInputs in = make_random_inputs(s, m, 960 + m, true);
-      check_agreement(compare(to_float(run_batch(*layer, in)), reference_forward(host, in).out_f64), /*with_cosine=*/true);
-    }
+    check_tokens(960);
   }
 }
 
