@@ -214,6 +214,8 @@ DenseCeiling measure_dense_bf16(CUstream s, int n) {
     return measure(s, n);
   } catch (const LtFailure& f) {
     return DenseCeiling{0, f.what};
+  } catch (const Error& e) {  // e.g. no room for the three n x n matrices: the layers' rows still stand
+    return DenseCeiling{0, e.what()};
   }
 }
 
