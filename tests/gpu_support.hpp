@@ -105,6 +105,22 @@ inline LayerSpec small_spec(ScaleFormat f, Activation a, bool bias, bool limit) 
   return s;
 }
 
+// gpt-oss-120b's layer (E128 H2880 I2880 top-4, MXFP4, swigluoai with its limit, biases, interleaved
+// gate/up rows): the real geometry both families' GPU suites run.
+inline LayerSpec gptoss_120b_spec() {
+  LayerSpec s;
+  s.format = ScaleFormat::mxfp4;
+  s.activation = Activation::swigluoai;
+  s.gate_up_order = GateUpOrder::interleaved;
+  s.experts = 128;
+  s.hidden = 2880;
+  s.intermediate = 2880;
+  s.top_k = 4;
+  s.has_bias = true;
+  s.limit = 7.f;
+  return s;
+}
+
 // small_spec for every format x activation x bias x limit the layer accepts (a limit only for silu and
 // swigluoai), in a fixed order: the families' full sweeps.
 inline std::vector<LayerSpec> small_spec_variants() {

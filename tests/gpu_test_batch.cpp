@@ -117,17 +117,9 @@ TEST_CASE("batch family matches the golden layers", "[gpu][batch][golden]") {
 TEST_CASE("batch family at a real geometry", "[gpu][batch][models]") {
   // gpt-oss-120b's matrices (MXFP4, swigluoai, biases, limit) on 4 local experts of 8: 45 chunks of K,
   // 180 row slabs, tiles of 64 pairs with a ragged end.
-  LayerSpec s;
-  s.format = ScaleFormat::mxfp4;
-  s.activation = Activation::swigluoai;
-  s.gate_up_order = GateUpOrder::interleaved;
+  LayerSpec s = gptoss_120b_spec();
   s.experts = 4;
   s.expert_begin = 4;
-  s.hidden = 2880;
-  s.intermediate = 2880;
-  s.top_k = 4;
-  s.has_bias = true;
-  s.limit = 7.f;
   HostLayer host = make_random_code_layer(s, 78);
   auto layer = runtime().prepare(host);
   auto check_tokens = [&](uint64_t seed_base) {

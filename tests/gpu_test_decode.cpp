@@ -111,16 +111,7 @@ TEST_CASE("decode family at real model geometries", "[gpu][models]") {
     LayerSpec spec;
     std::vector<int> tokens;
   };
-  LayerSpec gptoss;
-  gptoss.format = ScaleFormat::mxfp4;
-  gptoss.activation = Activation::swigluoai;
-  gptoss.gate_up_order = GateUpOrder::interleaved;
-  gptoss.experts = 128;
-  gptoss.hidden = 2880;
-  gptoss.intermediate = 2880;
-  gptoss.top_k = 4;
-  gptoss.has_bias = true;
-  gptoss.limit = 7.f;
+  const LayerSpec gptoss = gptoss_120b_spec();
   LayerSpec deepseek;
   deepseek.format = ScaleFormat::nvfp4;
   deepseek.activation = Activation::silu;

@@ -298,14 +298,14 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
   const DenseCeiling dense = measure_dense ? measure_dense_bf16(s) : DenseCeiling{0, "--dense off"};
   rep.dense_tflops = dense.tflops;
   rep.dense_what = dense.what;
-  for (BenchRow& row : rep.rows) {
-    if (rep.dense_tflops <= 0 || rep.copy_tbps <= 0) break;
-    row.dense_fraction = row.tflops / rep.dense_tflops;
-    // The roofline's time: the larger of the weights at copy bandwidth and the FLOPs at the dense rate.
-    const double us_at_copy = row.weight_bytes / (rep.copy_tbps * 1e12) * 1e6;
-    const double us_at_dense = row.tflops * row.us / rep.dense_tflops;  // the same FLOPs at the dense rate
-    row.roofline_fraction = std::max(us_at_copy, us_at_dense) / row.us;
-  }
+  if (rep.dense_tflops > 0 && rep.copy_tbps > 0)
+    for (BenchRow& row : rep.rows) {
+      row.dense_fraction = row.tflops / rep.dense_tflops;
+      // The roofline's time: the larger of the weights at copy bandwidth and the FLOPs at the dense rate.
+      const double us_at_copy = row.weight_bytes / (rep.copy_tbps * 1e12) * 1e6;
+      const double us_at_dense = row.tflops * row.us / rep.dense_tflops;  // the same FLOPs at the dense rate
+      row.roofline_fraction = std::max(us_at_copy, us_at_dense) / row.us;
+    }
   return rep;
 }
 
