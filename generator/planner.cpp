@@ -401,18 +401,40 @@ KernelKey base_key(const LayerSpec& spec, Arch arch) {
   return k;
 }
 
-// The batch family's tile: 4 warps by 8 * ntiles pairs, the token tile no wider than the pairs an expert
-// gets on average (a wider tile only holds idle MMA columns and registers); from 4 column tiles on, two
-// slabs per warp (128 rows per CTA), which reuse every activation piece for twice the MMAs (v24, µs, one
-// slab : two, M = 1024 / 4096: gpt-oss-120b 1474.6 / 4251.2 : 1334.4 / 3891.6, DeepSeek-V3 5103.2 / 14398.7
-// : 4240.1 / 12440.8). On sm_90a, from 64 pairs per expert on, warpgroup MMA: 2 warpgroups x 64 pairs, 4
-// stages, 2 CTAs per SM (v25, µs, register MMA : warpgroup MMA, M = 2048 / 4096 (64 / 128 pairs per
-// expert): gpt-oss-120b 2263.5 / 3894.5 : 1883.0 / 3141.6, DeepSeek-V3 7366.5 / 12463.7 : 6186.8 /
-// 10180.8; Qwen3-30B-A3B M = 4096 (256) 1691.7 : 1381.7). At 32 pairs per expert the first warpgroup build
-// measured slower (gpt-oss-120b M = 1024 1336.1 : 1468.1, DeepSeek-V3 4238.8 : 5002.1); the cutover was not
-// measured again after its FC1 got faster. MOEJIT_BATCH_TILE_FC1 / _FC2 override it (w<warps>n<tiles>
-// d<chunks in flight>o<CTAs per SM>s<slabs per warp>m<warpgroup MMA 0|1>).
-constexpr double kWgmmaFromPairsPerExpert = 64;
+// The batch family's tile, from the pairs an expert gets on average (p). The token tile must hold the
+// busiest experts' pairs (routing spreads them about p +- 3 sqrt(p)): a tile narrower than that walks those
+// experts' weights twice, a wider one holds idle MMA columns and registers. v26's sweep (docs/PERFORMANCE.md,
+// every tile forced at p = 4..64 on gpt-oss-120b, DeepSeek-V3 and Qwen3-30B-A3B) set the steps:
+// - register MMAs, 4 warps by 8 * ntiles pairs, two slabs per warp from 4 column tiles on (every activation
+//   piece reused for twice the MMAs): 1 tile up to 8 pairs, 2 below 14 (gpt-oss p = 12: 2 tiles 809.9 µs,
+//   p = 14: 866.2 against 901.2 with 4), 4 below 40 (p = 14 / 16, 2 tiles : 4: DeepSeek-V3 3309.3 / 3880.9 :
+//   2763.1 / 2841.7, Qwen3 218.1 / 247.5 : 195.6 / 199.3), 8 from 40 (p = 40, 4 : 8: DeepSeek-V3 5348.2 :
+//   4941.8, Qwen3 384.1 : 367.4, gpt-oss 1738.1 : 1567.3; at p = 28 8 tiles lose 25-34 %);
+// - on sm_90a, warpgroup MMA from 24 pairs (p = 24 / 28, register 4 tiles : warpgroup 32 pairs: Qwen3 236.8 /
+//   265.4 : 230.7 / 245.1, gpt-oss 1018.5 / 1138.4 : 1008.1 / 1138.5, DeepSeek-V3 3110.7 / 3559.5 : 3136.3 /
+//   3530.1), 2 warpgroups and 2 CTAs per SM, 32 pairs below 30, 48 below 40 (p = 32, 32 : 48 : 64 pairs:
+//   gpt-oss 1344.8 : 1186.7 : 1278.9, DeepSeek-V3 4302.0 : 3773.6 : 4224.2, Qwen3 299.8 : 271.8 : 291.1),
+//   56 below 44 (p = 40, 56 : 64: gpt-oss 1259.1 : 1287.1, DeepSeek-V3 4040.7 : 4234.8, Qwen3 294.3 : 305.4;
+//   p = 36, 48 : 56: gpt-oss 1191.9 : 1246.0), 64 from 44 (p = 48, 48 : 56 : 64: gpt-oss 1653.5 : 1377.6 :
+//   1319.7, DeepSeek-V3 5413.5 : 4340.6 : 4256.4, Qwen3 399.1 : 339.8 : 322.6; v25 measured 64 pairs per tile
+//   best at M = 4096). 40 pairs measured slower than 32 and 48 (p = 24 / 28, gpt-oss 1108.1 / 1121.2).
+// MOEJIT_BATCH_TILE_FC1 / _FC2 override it (w<warps>n<tiles>d<chunks in flight>o<CTAs per SM>s<slabs per
+// warp>m<warpgroup MMA 0|1>).
+constexpr double kWgmmaFromPairsPerExpert = 24;
+
+int register_batch_ntiles(double pairs_per_expert) {
+  if (pairs_per_expert <= 8) return 1;
+  if (pairs_per_expert < 14) return 2;
+  if (pairs_per_expert < 40) return 4;
+  return 8;
+}
+
+int wgmma_batch_ntiles(double pairs_per_expert) {
+  if (pairs_per_expert < 30) return 4;
+  if (pairs_per_expert < 40) return 6;
+  if (pairs_per_expert < 44) return 7;
+  return 8;
+}
 
 Plan batch_plan(const LayerSpec& spec, int tokens, Plan plan, const KernelKey& route) {
   KernelKey fc1 = base_key(spec, route.arch);
@@ -421,13 +443,12 @@ Plan batch_plan(const LayerSpec& spec, int tokens, Plan plan, const KernelKey& r
   if (route.arch == Arch::sm_90a && per_expert >= kWgmmaFromPairsPerExpert) {
     fc1.wgmma = true;
     fc1.warps = 8;
-    fc1.ntiles = 8;
+    fc1.ntiles = wgmma_batch_ntiles(per_expert);
     fc1.depth = 3;
     fc1.min_blocks = 2;
     fc1.slabs = 1;
   } else {
-    int nt = 1;
-    while (nt < 8 && nt * 8 < per_expert) nt *= 2;
+    const int nt = register_batch_ntiles(per_expert);
     fc1.warps = 4;
     fc1.ntiles = nt;
     fc1.depth = 3;  // a ring of 4 stages in shared memory
