@@ -44,11 +44,13 @@ MOEJIT_DEVICE float wgmma_output_scale(const float* gscale, int e) {
 
 // acc[m] = this warp's rows of slab matrix m x the tile (wgmma accumulator layout), over K = kK.
 // rows[r]: global address of tile row r's K = 0 (shared memory, filled by the caller before a barrier; rows
-// past the tile repeat its last pair). valid: the warp's slab exists (otherwise it multiplies zeros but
-// still takes part in its warpgroup's MMAs and the CTA's barriers). kRawB: B is the layer input in true K order (staged through registers into MMA column
-// order), else rows already in MMA column order (16-byte cp.async pieces).
+// past the tile repeat its last pair). A warp whose slab lies past the matrix (the last group of slabs)
+// still takes part in its warpgroup's MMAs and the CTA's barriers: the caller gives it slab 0's operands
+// and drops its rows, so every warp runs the same branch-free step (a zero-filled A set for it cost 16
+// register moves per chunk on every warp, v26). kRawB: B is the layer input in true K order (staged
+// through registers into MMA column order), else rows already in MMA column order (16-byte cp.async pieces).
 template <bool kNvfp4, int kK, int kMats, int kWarps, int kNT, int kStages, bool kRawB>
-MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, bool valid, const u16* const* rows, u8* smem,
+MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const* rows, u8* smem,
                                   float (&acc)[kMats][kNT * 4]) {
   using SG = ScaleGeometry<kNvfp4>;
   using Stage = WgmmaStage<kNvfp4, kMats, kWarps, kNT>;
@@ -115,14 +117,12 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, bool valid, const
         }
       }
     }
-    if (valid) {
 #pragma unroll
-      for (int m = 0; m < kMats; ++m)
-        cp_async_16(base + Stage::kActBytes + ((warp * kMats + m) * 32 + lane) * 16, w + (chunk * kMats + m) * 32, 16);
-      if (lane < kScalePieces)
-        cp_async_16(base + Stage::kActBytes + Stage::kWeightBytes + warp * kMats * Stage::kScaleChunk + lane * 16,
-                    s + chunk * kMats * Stage::kScaleChunk + lane * 16, 16);
-    }
+    for (int m = 0; m < kMats; ++m)
+      cp_async_16(base + Stage::kActBytes + ((warp * kMats + m) * 32 + lane) * 16, w + (chunk * kMats + m) * 32, 16);
+    if (lane < kScalePieces)
+      cp_async_16(base + Stage::kActBytes + Stage::kWeightBytes + warp * kMats * Stage::kScaleChunk + lane * 16,
+                  s + chunk * kMats * Stage::kScaleChunk + lane * 16, 16);
   };
 
   // Two sets of A fragments: a chunk's MMAs read theirs while the next chunk is decoded into the other.
@@ -146,34 +146,25 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, bool valid, const
     cp_async_commit();
 
     const u8* at = ring_ptr + stage * Stage::kBytes;
-    if (valid) {
-      const u32x4* wr = reinterpret_cast<const u32x4*>(at + Stage::kActBytes) + warp * kMats * 32 + lane;
-      const u8* sr = at + Stage::kActBytes + Stage::kWeightBytes + warp * kMats * Stage::kScaleChunk + g * SG::kBytesPerLane;
+    const u32x4* wr = reinterpret_cast<const u32x4*>(at + Stage::kActBytes) + warp * kMats * 32 + lane;
+    const u8* sr = at + Stage::kActBytes + Stage::kWeightBytes + warp * kMats * Stage::kScaleChunk + g * SG::kBytesPerLane;
 #pragma unroll
-      for (int m = 0; m < kMats; ++m) {
-        const u32x4 wc = wr[m * 32];
-        const u32x2 sc = kNvfp4 ? *reinterpret_cast<const u32x2*>(sr + m * Stage::kScaleChunk)
-                                : u32x2{*reinterpret_cast<const u32*>(sr + m * Stage::kScaleChunk), 0u};
-        u32 sg = 0, sg8 = 0;
+    for (int m = 0; m < kMats; ++m) {
+      const u32x4 wc = wr[m * 32];
+      const u32x2 sc = kNvfp4 ? *reinterpret_cast<const u32x2*>(sr + m * Stage::kScaleChunk)
+                              : u32x2{*reinterpret_cast<const u32*>(sr + m * Stage::kScaleChunk), 0u};
+      u32 sg = 0, sg8 = 0;
 #pragma unroll
-        for (int st = 0; st < 4; ++st) {
-          if (st % kStepsPerBlock == 0) batch_row_scales<kNvfp4, kBatchScaleShift<kRawB>>(sc, st / kStepsPerBlock, sg, sg8);
-          const u32 word = st == 0 ? wc.x : st == 1 ? wc.y : st == 2 ? wc.z : wc.w;
-          u32* r = a[set][m][st];
-          fp4_decode_word(word, a[set][m][st]);
-          r[0] = bf16x2_mul(r[0], sg);
-          r[1] = bf16x2_mul(r[1], sg8);
-          r[2] = bf16x2_mul(r[2], sg);
-          r[3] = bf16x2_mul(r[3], sg8);
-        }
+      for (int st = 0; st < 4; ++st) {
+        if (st % kStepsPerBlock == 0) batch_row_scales<kNvfp4, kBatchScaleShift<kRawB>>(sc, st / kStepsPerBlock, sg, sg8);
+        const u32 word = st == 0 ? wc.x : st == 1 ? wc.y : st == 2 ? wc.z : wc.w;
+        u32* r = a[set][m][st];
+        fp4_decode_word(word, a[set][m][st]);
+        r[0] = bf16x2_mul(r[0], sg);
+        r[1] = bf16x2_mul(r[1], sg8);
+        r[2] = bf16x2_mul(r[2], sg);
+        r[3] = bf16x2_mul(r[3], sg8);
       }
-    } else {
-#pragma unroll
-      for (int m = 0; m < kMats; ++m)
-#pragma unroll
-        for (int st = 0; st < 4; ++st)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) a[set][m][st][i] = 0u;
     }
     wgmma_fence();
     const u32 tile = ring + stage * Stage::kBytes;
@@ -228,7 +219,7 @@ __device__ void moe_batch_wgmma_fc1(const DecodeFc1Params& p) {
     rows[r] = p.x + (size_t)(t.pairs[t.first + min(r, in_tile - 1)] / p.route.top_k) * kH;
   __syncthreads();
   float acc[kMats][kNT * 4];
-  wgmma_slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kStages, true>(ops.w, ops.s, valid, rows, batch_ring, acc);
+  wgmma_slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kStages, true>(ops.w, ops.s, rows, batch_ring, acc);
   if (!valid) return;
   float part[kNT][kMats][4];
 #pragma unroll
@@ -262,7 +253,7 @@ __device__ void moe_batch_wgmma_fc2(const DecodeFc2Params& p) {
   for (int r = threadIdx.x; r < kTile; r += kWarps * 32) rows[r] = p.act + (size_t)t.pairs[t.first + min(r, in_tile - 1)] * kI;
   __syncthreads();
   float acc[1][kNT * 4];
-  wgmma_slab_mma<kNvfp4, kI, 1, kWarps, kNT, kStages, false>(ops.w, ops.s, valid, rows, batch_ring, acc);
+  wgmma_slab_mma<kNvfp4, kI, 1, kWarps, kNT, kStages, false>(ops.w, ops.s, rows, batch_ring, acc);
   if (!valid) return;
   const int e = t.expert;
   const float gs = wgmma_output_scale<kNvfp4, false>(p.gscale, e);
