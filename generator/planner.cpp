@@ -403,24 +403,27 @@ KernelKey base_key(const LayerSpec& spec, Arch arch) {
 
 // The batch family's tile, from the pairs an expert gets on average (p). The token tile must hold the
 // busiest experts' pairs (routing spreads them about p +- 3 sqrt(p)): a tile narrower than that walks those
-// experts' weights twice, a wider one holds idle MMA columns and registers. v26's sweep (docs/PERFORMANCE.md,
+// experts' weights twice, a wider one holds idle MMA columns and registers. v26's sweeps (docs/PERFORMANCE.md,
 // every tile forced at p = 4..64 on gpt-oss-120b, DeepSeek-V3 and Qwen3-30B-A3B) set the steps:
 // - register MMAs, 4 warps by 8 * ntiles pairs, two slabs per warp from 4 column tiles on (every activation
-//   piece reused for twice the MMAs): 1 tile up to 8 pairs, 2 below 14 (gpt-oss p = 12: 2 tiles 809.9 µs,
-//   p = 14: 866.2 against 901.2 with 4), 4 below 40 (p = 14 / 16, 2 tiles : 4: DeepSeek-V3 3309.3 / 3880.9 :
-//   2763.1 / 2841.7, Qwen3 218.1 / 247.5 : 195.6 / 199.3), 8 from 40 (p = 40, 4 : 8: DeepSeek-V3 5348.2 :
-//   4941.8, Qwen3 384.1 : 367.4, gpt-oss 1738.1 : 1567.3; at p = 28 8 tiles lose 25-34 %);
-// - on sm_90a, warpgroup MMA from 24 pairs (p = 24 / 28, register 4 tiles : warpgroup 32 pairs: Qwen3 236.8 /
-//   265.4 : 230.7 / 245.1, gpt-oss 1018.5 / 1138.4 : 1008.1 / 1138.5, DeepSeek-V3 3110.7 / 3559.5 : 3136.3 /
-//   3530.1), 2 warpgroups and 2 CTAs per SM, 32 pairs below 30, 48 below 40 (p = 32, 32 : 48 : 64 pairs:
-//   gpt-oss 1344.8 : 1186.7 : 1278.9, DeepSeek-V3 4302.0 : 3773.6 : 4224.2, Qwen3 299.8 : 271.8 : 291.1),
-//   56 below 44 (p = 40, 56 : 64: gpt-oss 1259.1 : 1287.1, DeepSeek-V3 4040.7 : 4234.8, Qwen3 294.3 : 305.4;
-//   p = 36, 48 : 56: gpt-oss 1191.9 : 1246.0), 64 from 44 (p = 48, 48 : 56 : 64: gpt-oss 1653.5 : 1377.6 :
-//   1319.7, DeepSeek-V3 5413.5 : 4340.6 : 4256.4, Qwen3 399.1 : 339.8 : 322.6; v25 measured 64 pairs per tile
-//   best at M = 4096). 40 pairs measured slower than 32 and 48 (p = 24 / 28, gpt-oss 1108.1 / 1121.2).
+//   piece reused for twice the MMAs): 1 tile up to 8 pairs, 2 below 14 (gpt-oss p = 12: 2 tiles 809.9 µs
+//   against 888.7 with 4 and 885.2 on warpgroup MMA), 4 below 40 (p = 14 / 16, 2 tiles : 4: DeepSeek-V3
+//   3309.3 / 3880.9 : 2763.1 / 2841.7, Qwen3 218.1 / 247.5 : 195.6 / 199.3), 8 from 40 (p = 40, 4 : 8:
+//   DeepSeek-V3 5348.2 : 4941.8, Qwen3 384.1 : 367.4, gpt-oss 1738.1 : 1567.3; at p = 28 8 tiles lose
+//   25-34 %); on sm_90a the last two steps give way to warpgroup MMA;
+// - on sm_90a, warpgroup MMA from 14 pairs (final kernels, register 4 tiles : warpgroup 32 pairs, p = 14 /
+//   16 / 24: gpt-oss 892.7 / 906.3 / 1005.4 : 883.1 / 887.8 / 945.9, DeepSeek-V3 2782.1 / 2856.5 / 3110.1 :
+//   2769.0 / 2779.2 / 2923.7, Qwen3 195.8 / 200.4 / 237.1 : 185.9 / 188.3 / 215.2), 2 warpgroups and 2 CTAs
+//   per SM; 32 pairs below 26, 48 below 40 (p = 28 / 32, 32 : 48 : 56 pairs: gpt-oss 1062.8 / 1252.4 :
+//   1007.5 / 1008.8 : 1046.2 / 1046.9, DeepSeek-V3 3295.9 / 4036.7 : 3182.3 / 3210.1 : 3326.6 / 3325.5,
+//   Qwen3 228.2 / 278.9 : 224.3 / 229.9 : 232.4 / 236.5; at p = 24 before the step ring 32 pairs beat 48 by
+//   14 %), 56 below 48 (p = 40, 48 : 56 : 64: gpt-oss 1122.0 : 1074.2 : 1149.8, DeepSeek-V3 3448.9 : 3364.4
+//   : 3637.6, Qwen3 265.5 : 250.8 : 264.0), 64 from 48 (p = 48, 56 : 64: gpt-oss 1176.5 : 1185.0,
+//   DeepSeek-V3 3610.2 : 3671.7, Qwen3 288.0 : 278.7, a tie; v25 measured 64 pairs best at M = 4096). 40
+//   pairs measured slower than 32 and 48 (p = 24 / 28, gpt-oss 1108.1 / 1121.2, first sweep).
 // MOEJIT_BATCH_TILE_FC1 / _FC2 override it (w<warps>n<tiles>d<chunks in flight>o<CTAs per SM>s<slabs per
 // warp>m<warpgroup MMA 0|1>).
-constexpr double kWgmmaFromPairsPerExpert = 24;
+constexpr double kWgmmaFromPairsPerExpert = 14;
 
 int register_batch_ntiles(double pairs_per_expert) {
   if (pairs_per_expert <= 8) return 1;
@@ -430,9 +433,9 @@ int register_batch_ntiles(double pairs_per_expert) {
 }
 
 int wgmma_batch_ntiles(double pairs_per_expert) {
-  if (pairs_per_expert < 30) return 4;
+  if (pairs_per_expert < 26) return 4;
   if (pairs_per_expert < 40) return 6;
-  if (pairs_per_expert < 44) return 7;
+  if (pairs_per_expert < 48) return 7;
   return 8;
 }
 

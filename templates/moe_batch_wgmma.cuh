@@ -14,9 +14,10 @@
 //
 // Pipeline per 64-wide K chunk c (kStages stages of shared memory: one being multiplied, one being
 // decoded, kStages - 2 being copied): every thread waits for its copies of chunk c and fences them to the
-// async proxy, a barrier, the copies of chunk c + kStages - 2 go out into the stage of chunk c - 2, the
-// warp decodes and scales its A fragments into the register set chunk c - 2 used, issues its 4 x kMats
-// wgmmas, and waits only for chunk c - 1's. So each warp's decode overlaps its own previous MMAs.
+// async proxy, a barrier, the copies of chunk c + kStages - 2 go out into the stage of chunk c - 2; then
+// per k16 step the warp waits for the MMAs of two steps back, decodes and scales its A fragments into
+// the register slot they used, and issues that step's kMats wgmmas as one group. So each warp's decode
+// overlaps its own previous step's MMAs.
 #pragma once
 #include "moe_batch.cuh"
 #include "wgmma.cuh"
@@ -125,13 +126,9 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const*
                   s + chunk * kMats * Stage::kScaleChunk + lane * 16, 16);
   };
 
-  // Two sets of A fragments: a chunk's MMAs read theirs while the next chunk is decoded into the other.
-  u32 a[2][kMats][4][4];  // [set][matrix][k16 step][register]
-  // Chunk c: its stage and A set were last used by chunk c - 2, whose MMAs every warp has waited for
-  // (wgmma_wait<1> after committing c - 1) before the barrier below.
-  auto step = [&](auto set_tag, int chunk) {
-    constexpr int set = decltype(set_tag)::value ? 1 : 0;
-    const int stage = chunk % kStages;
+  // Chunk c's copies have landed (and are visible to the MMAs); chunk c + kStages - 2's go out into the stage
+  // of chunk c - 2, whose MMAs every warp has waited for before the barrier.
+  auto begin_chunk = [&](int chunk) {
     cp_async_wait_group<kStages - 3>();
     fence_proxy_async_shared();  // this thread's copies of the chunk, to the MMAs' async proxy
     __syncthreads();
@@ -144,36 +141,53 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const*
     }
     if (next < kChunks) issue(next % kStages, next);
     cp_async_commit();
+  };
+
+  // A fragments in a ring of two k16 steps: step j is decoded into slot j % 2 once the MMAs of step j - 2
+  // (the last readers of that slot) are done, while step j - 1's MMAs run. 8 kMats registers instead of
+  // two whole-chunk sets (32 kMats each): at 2 CTAs per SM the sets left FC1 (64 accumulators at 64 pairs)
+  // no room, and ptxas serialized its wgmmas (and MXFP4 FC2's); the ring keeps every kernel asynchronous
+  // (v26: 2-11 % faster at M = 1024-4096).
+  u32 ar[2][kMats][4];  // [slot][matrix][register]
+  auto step = [&](int chunk) {
+    const int stage = chunk % kStages;
+    begin_chunk(chunk);
 
     const u8* at = ring_ptr + stage * Stage::kBytes;
     const u32x4* wr = reinterpret_cast<const u32x4*>(at + Stage::kActBytes) + warp * kMats * 32 + lane;
     const u8* sr = at + Stage::kActBytes + Stage::kWeightBytes + warp * kMats * Stage::kScaleChunk + g * SG::kBytesPerLane;
+    u32x4 wc[kMats];
+    u32x2 sc[kMats];
+    u32 sg[kMats], sg8[kMats];
 #pragma unroll
     for (int m = 0; m < kMats; ++m) {
-      const u32x4 wc = wr[m * 32];
-      const u32x2 sc = kNvfp4 ? *reinterpret_cast<const u32x2*>(sr + m * Stage::kScaleChunk)
-                              : u32x2{*reinterpret_cast<const u32*>(sr + m * Stage::kScaleChunk), 0u};
-      u32 sg = 0, sg8 = 0;
-#pragma unroll
-      for (int st = 0; st < 4; ++st) {
-        if (st % kStepsPerBlock == 0) batch_row_scales<kNvfp4, kBatchScaleShift<kRawB>>(sc, st / kStepsPerBlock, sg, sg8);
-        const u32 word = st == 0 ? wc.x : st == 1 ? wc.y : st == 2 ? wc.z : wc.w;
-        u32* r = a[set][m][st];
-        fp4_decode_word(word, a[set][m][st]);
-        r[0] = bf16x2_mul(r[0], sg);
-        r[1] = bf16x2_mul(r[1], sg8);
-        r[2] = bf16x2_mul(r[2], sg);
-        r[3] = bf16x2_mul(r[3], sg8);
-      }
+      wc[m] = wr[m * 32];
+      sc[m] = kNvfp4 ? *reinterpret_cast<const u32x2*>(sr + m * Stage::kScaleChunk)
+                     : u32x2{*reinterpret_cast<const u32*>(sr + m * Stage::kScaleChunk), 0u};
     }
-    wgmma_fence();
     const u32 tile = ring + stage * Stage::kBytes;
 #pragma unroll
-    for (int st = 0; st < 4; ++st)
+    for (int st = 0; st < 4; ++st) {
+      const int slot = st & 1;
 #pragma unroll
-      for (int m = 0; m < kMats; ++m) wgmma_rs(acc[m], a[set][m][st], wgmma_desc_k_sw128(tile + st * 32));
-    wgmma_commit();
-    wgmma_wait<1>();  // chunk - 1's MMAs are done: its stage and A set are free for chunk + 1
+      for (int m = 0; m < kMats; ++m)
+        if (st % kStepsPerBlock == 0) batch_row_scales<kNvfp4, kBatchScaleShift<kRawB>>(sc[m], st / kStepsPerBlock, sg[m], sg8[m]);
+      wgmma_wait<1>();  // step j - 2's MMAs, the last to read this slot, are done
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) {
+        const u32 word = st == 0 ? wc[m].x : st == 1 ? wc[m].y : st == 2 ? wc[m].z : wc[m].w;
+        u32* r = ar[slot][m];
+        fp4_decode_word(word, ar[slot][m]);
+        r[0] = bf16x2_mul(r[0], sg[m]);
+        r[1] = bf16x2_mul(r[1], sg8[m]);
+        r[2] = bf16x2_mul(r[2], sg[m]);
+        r[3] = bf16x2_mul(r[3], sg8[m]);
+      }
+      wgmma_fence();
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) wgmma_rs(acc[m], ar[slot][m], wgmma_desc_k_sw128(tile + st * 32));
+      wgmma_commit();
+    }
   };
 
 #pragma unroll
@@ -188,10 +202,7 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const*
     cp_async_commit();
   }
 #pragma unroll 1
-  for (int chunk = 0; chunk < kChunks; chunk += 2) {
-    step(BoolTag<false>{}, chunk);
-    if (chunk + 1 < kChunks) step(BoolTag<true>{}, chunk + 1);
-  }
+  for (int chunk = 0; chunk < kChunks; ++chunk) step(chunk);
   wgmma_wait<0>();
   cp_async_wait_all();
 }

@@ -739,8 +739,8 @@ TEST_CASE("the batch family: planned past the cutover, forced anywhere, keys nor
     CHECK(q.kernels.at(1).slabs == (m == from ? 1 : 2));
   }
   // Token tiles by pairs per expert (gpt-oss-120b: 4 of 128 experts per token, p = M / 32): register MMAs
-  // 1/2/4 column tiles to 8 / below 14 / from 14, warpgroup MMA from 24 pairs, 32/48/56/64 pairs per tile
-  // below 30 / below 40 / below 44 / from 44. sm_120a keeps register tiles and takes 8 from 40 pairs.
+  // 1/2 column tiles to 8 / below 14, on sm_90a warpgroup MMA from 14 pairs, 32/48/56/64 pairs per tile
+  // below 26 / below 40 / below 48 / from 48. sm_120a keeps register tiles: 4 (two slabs) below 40, then 8.
   const auto tile = [&](Arch arch, int m) {
     const KernelKey k = make_plan(s, arch, m, 132, Family::batch).kernels.at(1);
     return std::to_string(k.ntiles) + (k.wgmma ? "m" : "");
@@ -748,25 +748,25 @@ TEST_CASE("the batch family: planned past the cutover, forced anywhere, keys nor
   CHECK(tile(Arch::sm_90a, 256) == "1");
   CHECK(tile(Arch::sm_90a, 257) == "2");
   CHECK(tile(Arch::sm_90a, 447) == "2");
-  CHECK(tile(Arch::sm_90a, 448) == "4");
-  CHECK(tile(Arch::sm_90a, 767) == "4");
-  CHECK(tile(Arch::sm_90a, 768) == "4m");
-  CHECK(tile(Arch::sm_90a, 959) == "4m");
-  CHECK(tile(Arch::sm_90a, 960) == "6m");
+  CHECK(tile(Arch::sm_90a, 448) == "4m");
+  CHECK(tile(Arch::sm_90a, 831) == "4m");
+  CHECK(tile(Arch::sm_90a, 832) == "6m");
   CHECK(tile(Arch::sm_90a, 1279) == "6m");
   CHECK(tile(Arch::sm_90a, 1280) == "7m");
-  CHECK(tile(Arch::sm_90a, 1407) == "7m");
-  CHECK(tile(Arch::sm_90a, 1408) == "8m");
+  CHECK(tile(Arch::sm_90a, 1535) == "7m");
+  CHECK(tile(Arch::sm_90a, 1536) == "8m");
+  CHECK(tile(Arch::sm_120a, 447) == "2");
+  CHECK(tile(Arch::sm_120a, 448) == "4");
   CHECK(tile(Arch::sm_120a, 1279) == "4");
   CHECK(tile(Arch::sm_120a, 1280) == "8");
-  for (int m : {768, 960, 1280, 1408}) {
+  for (int m : {448, 832, 1280, 1536}) {
     const Plan w = make_plan(s, Arch::sm_90a, m, 132);
     CHECK(w.kernels.at(1).warps == 8);
     CHECK(w.kernels.at(1).min_blocks == 2);
     CHECK(w.kernels.at(2).wgmma);
     CHECK(w.kernels.at(2).ntiles == w.kernels.at(1).ntiles);
   }
-  CHECK(make_plan(s, Arch::sm_90a, 448, 132).kernels.at(1).slabs == 2);  // 4 column tiles: two slabs per warp
+  CHECK(make_plan(s, Arch::sm_120a, 448, 84).kernels.at(1).slabs == 2);  // 4 column tiles: two slabs per warp
   // Never while the decode family routes inside its CTAs (a 3-expert layer gets 42 pairs per expert at
   // M = 64, all 128 pairs routed inline), and never past the decode family's last token count.
   CHECK(batch_from_tokens(tiny_layer()) == kInlineRouteMaxPairs / tiny_layer().top_k + 1);
@@ -801,7 +801,7 @@ TEST_CASE("the batch family: planned past the cutover, forced anywhere, keys nor
 
   // The tile override: MOEJIT_BATCH_TILE_FC1 / _FC2.
   ::setenv("MOEJIT_BATCH_TILE_FC1", "w8n4d1o2", 1);
-  const Plan over = make_plan(s, Arch::sm_90a, 600, 132);  // FC2 planned: 4 register column tiles, 2 slabs
+  const Plan over = make_plan(s, Arch::sm_120a, 600, 84);  // FC2 planned: 4 register column tiles, 2 slabs
   ::unsetenv("MOEJIT_BATCH_TILE_FC1");
   ::setenv("MOEJIT_BATCH_TILE_FC2", "w4n32d2o1m1", 1);
   const Plan wide = make_plan(s, Arch::sm_90a, 4096, 132);
