@@ -180,6 +180,7 @@ CompileOutput compile_source(const GeneratedSource& src, Arch arch, bool want_pt
     out.registers = res.registers;
     out.shared_bytes = res.shared_bytes;
     out.spill_bytes = res.spill_bytes;
+    out.wgmma_serialized = res.wgmma_serialized;
   }
   return out;
 }

@@ -7,7 +7,12 @@
 //   ptxas info    : Function properties for k
 //   ptxas         .     0 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads
 //   ptxas info    : Used 10 registers, used 1 barriers, 256 bytes smem
-// (older releases: "Used 10 registers, 256 bytes smem, 352 bytes cmem[0]").
+// (older releases: "Used 10 registers, 256 bytes smem, 352 bytes cmem[0]"), and for a warpgroup-MMA
+// kernel whose wgmmas it had to serialize:
+//   ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async instructions are serialized due
+//                   to insufficient register resources for the wgmma pipeline in the function 'k'
+// (one line; the reason varies). Serialized, each wgmma waits for its own completion, which cost the
+// batch family 1-11 % (docs/PERFORMANCE.md v26), so the flag is kept with the other resources.
 #include <algorithm>
 #include <cctype>
 #include <map>
@@ -56,7 +61,11 @@ PtxasResources parse_ptxas_resources(std::string_view log, std::string_view entr
     std::string_view line = log.substr(0, nl);
     log = nl == std::string_view::npos ? std::string_view{} : log.substr(nl + 1);
     if (line.find("ptxas") == std::string_view::npos) continue;
-    if (line.find("Compiling entry function") != std::string_view::npos) {
+    if (line.find("wgmma.mma_async instructions are serialized") != std::string_view::npos) {
+      const auto fn = line.rfind("function '");
+      per_function[fn == std::string_view::npos ? current_entry : function_name(line.substr(fn), "function")]
+          .wgmma_serialized = true;
+    } else if (line.find("Compiling entry function") != std::string_view::npos) {
       current = current_entry = function_name(line, "Compiling entry function");
     } else if (line.find("Function properties for") != std::string_view::npos) {
       current = function_name(line, "Function properties for");
@@ -81,6 +90,7 @@ PtxasResources parse_ptxas_resources(std::string_view log, std::string_view entr
     all.registers = std::max(all.registers, r.registers);
     all.shared_bytes = std::max(all.shared_bytes, r.shared_bytes);
     all.spill_bytes = std::max(all.spill_bytes, r.spill_bytes);
+    all.wgmma_serialized = all.wgmma_serialized || r.wgmma_serialized;
   }
   return all;
 }

@@ -188,9 +188,12 @@ TEST_CASE("ptxas resource lines are parsed per function", "[compiler]") {
       "ptxas info    : Compiling entry function 'nosmem' for 'sm_90a'\n"
       "ptxas info    : Function properties for nosmem\n"
       "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
-      "ptxas info    : Used 6 registers, 352 bytes cmem[0]\n";
+      "ptxas info    : Used 6 registers, 352 bytes cmem[0]\n"
+      "ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+      "insufficient register resources for the wgmma pipeline in the function 'big'\n";
   auto small = parse_ptxas_resources(log, "small");
   CHECK(small.registers == 10);
+  CHECK_FALSE(small.wgmma_serialized);
   CHECK(small.shared_bytes == 256);
   CHECK(small.spill_bytes == 0);
   // "Used" after a callee's properties still belongs to the entry being compiled.
@@ -198,6 +201,7 @@ TEST_CASE("ptxas resource lines are parsed per function", "[compiler]") {
   CHECK(big.registers == 255);
   CHECK(big.shared_bytes == 49152);
   CHECK(big.spill_bytes == 64);
+  CHECK(big.wgmma_serialized);  // the line names its function, wherever it appears in the log
   auto nosmem = parse_ptxas_resources(log, "nosmem");
   CHECK(nosmem.registers == 6);
   CHECK(nosmem.shared_bytes == 0);
@@ -205,6 +209,7 @@ TEST_CASE("ptxas resource lines are parsed per function", "[compiler]") {
   CHECK(all.registers == 255);
   CHECK(all.shared_bytes == 49152);
   CHECK(all.spill_bytes == 64);
+  CHECK(all.wgmma_serialized);
   auto unknown = parse_ptxas_resources("", "x");
   CHECK(unknown.registers == -1);
   CHECK(unknown.shared_bytes == -1);

@@ -148,6 +148,9 @@ void emit_resources(const CachedKernel& k) {
   fmt::print("registers    {}\n", get_int("resources", "registers"));
   fmt::print("shared       {} bytes (static)\n", get_int("resources", "shared_bytes"));
   fmt::print("spills       {} bytes (stores + loads)\n", get_int("resources", "spill_bytes"));
+  if (m.contains("resources") && m["resources"].contains("wgmma_serialized") && m["resources"]["wgmma_serialized"].is_boolean() &&
+      m["resources"]["wgmma_serialized"].get<bool>())
+    fmt::print("wgmma        serialized by ptxas (each waits for its own completion; see the ptxas lines)\n");
   fmt::print("cubin        {} bytes\n", k.cubin.size());
   if (m.contains("compile_seconds") && m["compile_seconds"].is_number())
     fmt::print("compile      {:.2f} s{}\n", m["compile_seconds"].get<double>(), k.from_disk ? " (read from the cache)" : "");

@@ -16,6 +16,7 @@ struct CompileOutput {
   int registers = -1;                // from ptxas info, -1 when unknown
   int shared_bytes = -1;             // static shared memory
   int spill_bytes = -1;              // spill stores + loads
+  bool wgmma_serialized = false;     // ptxas serialized the entry's wgmmas (PtxasResources)
 };
 
 // NVRTC version as "major.minor".
@@ -31,6 +32,9 @@ struct PtxasResources {
   int registers = -1;     // -1 when unknown
   int shared_bytes = -1;  // static shared memory
   int spill_bytes = -1;   // spill stores + spill loads
+  // ptxas reported that it serialized the function's wgmma.mma_async instructions (each waits for its own
+  // completion: "Potential Performance Loss", C7510-C7519); sm_90a warpgroup-MMA kernels only.
+  bool wgmma_serialized = false;
 };
 // Parses the ptxas info lines of an NVRTC log for the function named entry; with an empty entry, or
 // when entry is not in the log, the maximum over all functions of the log.
