@@ -126,9 +126,16 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const*
                   s + chunk * kMats * Stage::kScaleChunk + lane * 16, 16);
   };
 
-  // Chunk c's copies have landed (and are visible to the MMAs); chunk c + kStages - 2's go out into the stage
-  // of chunk c - 2, whose MMAs every warp has waited for before the barrier.
-  auto begin_chunk = [&](int chunk) {
+  // A fragments in a ring of two k16 steps: step j is decoded into slot j % 2 once the MMAs of step j - 2
+  // (the last readers of that slot) are done, while step j - 1's MMAs run. 8 kMats registers instead of
+  // two whole-chunk sets (32 kMats each): at 2 CTAs per SM the sets left FC1 (64 accumulators at 64 pairs)
+  // no room, and ptxas serialized its wgmmas (and MXFP4 FC2's); the ring keeps every kernel asynchronous
+  // (v26: 2-11 % faster at M = 1024-4096).
+  u32 ar[2][kMats][4];  // [slot][matrix][register]
+  // Chunk c: its stage was last used by chunk c - 2, whose MMAs every warp has waited for (the per-step
+  // waits of chunk c - 1) before the barrier below.
+  auto step = [&](int chunk) {
+    const int stage = chunk % kStages;
     cp_async_wait_group<kStages - 3>();
     fence_proxy_async_shared();  // this thread's copies of the chunk, to the MMAs' async proxy
     __syncthreads();
@@ -141,17 +148,6 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const*
     }
     if (next < kChunks) issue(next % kStages, next);
     cp_async_commit();
-  };
-
-  // A fragments in a ring of two k16 steps: step j is decoded into slot j % 2 once the MMAs of step j - 2
-  // (the last readers of that slot) are done, while step j - 1's MMAs run. 8 kMats registers instead of
-  // two whole-chunk sets (32 kMats each): at 2 CTAs per SM the sets left FC1 (64 accumulators at 64 pairs)
-  // no room, and ptxas serialized its wgmmas (and MXFP4 FC2's); the ring keeps every kernel asynchronous
-  // (v26: 2-11 % faster at M = 1024-4096).
-  u32 ar[2][kMats][4];  // [slot][matrix][register]
-  auto step = [&](int chunk) {
-    const int stage = chunk % kStages;
-    begin_chunk(chunk);
 
     const u8* at = ring_ptr + stage * Stage::kBytes;
     const u32x4* wr = reinterpret_cast<const u32x4*>(at + Stage::kActBytes) + warp * kMats * 32 + lane;
