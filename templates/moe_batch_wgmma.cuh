@@ -161,7 +161,9 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const*
       sc[m] = kNvfp4 ? *reinterpret_cast<const u32x2*>(sr + m * Stage::kScaleChunk)
                      : u32x2{*reinterpret_cast<const u32*>(sr + m * Stage::kScaleChunk), 0u};
     }
-    const u32 tile = ring + stage * Stage::kBytes;
+    // The k16 step st of the tile starts 32 bytes further: its descriptor's address field (bytes >> 4) is 2 st
+    // higher, with no carry (the tile is 1024-aligned and shared addresses stay below 2^18).
+    const u64 tile_desc = wgmma_desc_k_sw128(ring + stage * Stage::kBytes);
 #pragma unroll
     for (int st = 0; st < 4; ++st) {
       const int slot = st & 1;
@@ -181,7 +183,7 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const*
       }
       wgmma_fence();
 #pragma unroll
-      for (int m = 0; m < kMats; ++m) wgmma_rs(acc[m], ar[slot][m], wgmma_desc_k_sw128(tile + st * 32));
+      for (int m = 0; m < kMats; ++m) wgmma_rs(acc[m], ar[slot][m], tile_desc + (u64)(2 * st));
       wgmma_commit();
     }
   };
