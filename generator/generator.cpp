@@ -94,6 +94,7 @@ int decode_dynamic_smem(const KernelKey& raw) {
   const KernelKey key = raw.normalized();
   if (key.kind == KernelKind::batch_fc1 || key.kind == KernelKind::batch_fc2) return batch_dynamic_smem(key);
   if (key.kind == KernelKind::decode_pipe) return stream_ring_bytes(key);
+  if (key.kind == KernelKind::route) return route_dynamic_smem(key.experts, key.warps);
   if (key.kind != KernelKind::decode_fc1_stream) return 0;
   return stream_ring_bytes(key);
 }
@@ -206,6 +207,10 @@ GeneratedSource generate_source(const KernelKey& raw) {
           threads, out.entry);
       break;
     case KernelKind::route:
+      if (route_dynamic_smem(key.experts, key.warps) > kMaxDynamicSmem)
+        throw Error(fmt::format("kernel key {}: the route kernel's [warps][experts] table needs {} bytes of shared "
+                                "memory, more than {}; use fewer warps",
+                                key.str(), route_dynamic_smem(key.experts, key.warps), kMaxDynamicSmem));
       out.source = header + fmt::format(
           "#include \"moe_route.cuh\"\n"
           "extern \"C\" __global__ void __launch_bounds__({0}) {1}(const RouteParams p) {{\n"

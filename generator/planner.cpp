@@ -493,7 +493,7 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   plan.tokens = tokens;
   KernelKey route = base_key(spec, arch);
   route.kind = KernelKind::route;
-  route.warps = 16;
+  route.warps = route_warps(spec.experts);
   if (family == Family::batch) return batch_plan(spec, tokens, plan, route);
   KernelKey fc1 = base_key(spec, arch);
   fc1.kind = KernelKind::decode_fc1;

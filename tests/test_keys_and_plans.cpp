@@ -331,6 +331,22 @@ TEST_CASE("the planner routes inline for few pairs and sizes token tiles for the
   CHECK(make_plan(tiny, Arch::sm_90a, 64, 132).kernels[1].ntiles == 8);
   CHECK(make_plan(tiny, Arch::sm_90a, 1, 132).kernels[0].ntiles == 1);
 
+  // The route kernel's [warps][experts] table: 16 warps where it fits, fewer for very many experts;
+  // a key whose table does not fit is refused by the generator.
+  CHECK(seventeen.kernels[0].warps == 16);
+  for (int experts : {8, 128, 256, 1024, 3000, 4096, 8192, 16384}) {
+    INFO("experts " << experts);
+    const int warps = route_warps(experts);
+    CHECK(warps >= 1);
+    CHECK(warps <= 16);
+    CHECK((experts > 3000 || warps == 16));
+    if (route_dynamic_smem(experts, 1) <= kMaxDynamicSmem) CHECK(route_dynamic_smem(experts, warps) <= kMaxDynamicSmem);
+  }
+  CHECK(route_warps(4096) == 13);
+  CHECK_THROWS_WITH(generate_source(KernelKey::parse("route:sm_90a:mxfp4:silu:a16:E4096:H0:I0:w16n1d1o0:b0:l0:i0")),
+                    Catch::Contains("fewer warps"));
+  CHECK_NOTHROW(generate_source(KernelKey::parse("route:sm_90a:mxfp4:silu:a16:E4096:H0:I0:w13n1d1o0:b0:l0:i0")));
+
   CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, kDecodeMaxTokens + 1, 132, Family::decode),
                     Catch::Contains("at most"));
   CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, kMaxTokens + 1, 132), Catch::Contains("at most"));

@@ -38,7 +38,8 @@ int decode_register_cap(const KernelKey& key);
 // Dynamic shared memory, in bytes, a key's kernel is launched with: decode_fc1_stream's ring of depth
 // stages, each warps x parts chunks of weights and scales, after its barriers
 // (templates/slab_stream.cuh); decode_pipe's ring only (the rest depends on the forward:
-// decode_pipe_layout); a batch kernel's ring (batch_dynamic_smem); 0 for every other kind. Pure;
+// decode_pipe_layout); a batch kernel's ring (batch_dynamic_smem); the route kernel's table
+// (route_dynamic_smem); 0 for every other kind. Pure;
 // throws moejit::Error for a key that does not normalize.
 int decode_dynamic_smem(const KernelKey& key);
 // Whether a register-fed decode kernel keeps its activation pieces one chunk ahead in registers (a
@@ -59,6 +60,14 @@ struct DecodePipeLayout {
 DecodePipeLayout decode_pipe_layout(const KernelKey& key, int tokens, int top_k, int grid);
 // The most dynamic shared memory a CTA may use on the architectures moejit builds for (227 KiB).
 inline constexpr int kMaxDynamicSmem = 227 * 1024;
+// Dynamic shared memory of the route kernel (templates/moe_route.cuh): a [warps][experts] table of
+// per-warp counts, then cursors, and the experts' totals. Pure.
+inline constexpr int route_dynamic_smem(int experts, int warps) { return (warps + 1) * experts * 4; }
+// Warps of the route kernel for `experts` local experts: 16, fewer where its table would not fit. Pure.
+inline constexpr int route_warps(int experts) {
+  const int fit = kMaxDynamicSmem / (4 * experts) - 1;
+  return fit < 1 ? 1 : fit > 16 ? 16 : fit;
+}
 // Bytes of shared memory the inline routing list takes in a CTA of this key: sizeof(InlineRouteList) in
 // templates/inline_route.cuh (checked there by a static_assert), for inline_route 1 (64 pairs) or 2
 // (128); a key without inline routing gets the 64-pair size. Pure, thread-safe, does not throw.

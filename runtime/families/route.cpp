@@ -20,7 +20,7 @@ void launch_route(const ForwardContext& ctx, const KernelKey& key) {
   p.num_counters = spec.hidden / 16;
   LaunchShape shape;
   shape.block = static_cast<unsigned>(key.warps * 32);
-  shape.dynamic_smem = static_cast<unsigned>(2 * spec.experts * sizeof(int32_t));
+  shape.dynamic_smem = static_cast<unsigned>(decode_dynamic_smem(key));
   launch(ctx.modules.function(key, ctx.stream), shape, ctx.stream, &p);
 }
 
