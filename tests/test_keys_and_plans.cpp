@@ -14,17 +14,13 @@
 using namespace moejit;
 
 namespace {
+// gpt-oss-120b's layer as the bundled config gives it (E128 H2880 I2880 top-4, MXFP4, swigluoai with its
+// limit, biases, interleaved gate/up rows); the planner steps below are pinned on it.
 LayerSpec gptoss() {
-  LayerSpec s;
-  s.format = ScaleFormat::mxfp4;
-  s.activation = Activation::swigluoai;
-  s.gate_up_order = GateUpOrder::interleaved;
-  s.experts = 128;
-  s.hidden = 2880;
-  s.intermediate = 2880;
-  s.top_k = 4;
-  s.has_bias = true;
-  s.limit = 7.f;
+  LayerSpec s = load_model_config("gpt-oss-120b").local();
+  REQUIRE(s.format == ScaleFormat::mxfp4);
+  REQUIRE(s.activation == Activation::swigluoai);
+  REQUIRE((s.experts == 128 && s.hidden == 2880 && s.intermediate == 2880 && s.top_k == 4 && s.has_bias));
   return s;
 }
 
