@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "moejit/codecs.hpp"
+#include "moejit/model_config.hpp"
 #include "moejit/reference.hpp"
 #include "moejit/runtime.hpp"
 #include "moejit/safetensors.hpp"
@@ -105,21 +106,9 @@ inline LayerSpec small_spec(ScaleFormat f, Activation a, bool bias, bool limit) 
   return s;
 }
 
-// gpt-oss-120b's layer (E128 H2880 I2880 top-4, MXFP4, swigluoai with its limit, biases, interleaved
-// gate/up rows): the real geometry both families' GPU suites run.
-inline LayerSpec gptoss_120b_spec() {
-  LayerSpec s;
-  s.format = ScaleFormat::mxfp4;
-  s.activation = Activation::swigluoai;
-  s.gate_up_order = GateUpOrder::interleaved;
-  s.experts = 128;
-  s.hidden = 2880;
-  s.intermediate = 2880;
-  s.top_k = 4;
-  s.has_bias = true;
-  s.limit = 7.f;
-  return s;
-}
+// gpt-oss-120b's layer as the bundled config gives it (E128 H2880 I2880 top-4, MXFP4, swigluoai with its
+// limit, biases, interleaved gate/up rows): the real geometry both families' GPU suites run.
+inline LayerSpec gptoss_120b_spec() { return load_model_config("gpt-oss-120b").local(); }
 
 // small_spec for every format x activation x bias x limit the layer accepts (a limit only for silu and
 // swigluoai), in a fixed order: the families' full sweeps.
