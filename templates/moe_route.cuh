@@ -13,7 +13,7 @@
 // is turned into cursors in (expert, warp) order, and each warp places its segment with its own
 // cursors, ranking the lanes of one expert with ballots. So no CTA barrier sits inside the loops, and
 // a warp's segment precedes the next warp's within every expert: the placement is stable. Each lane
-// loads kRouteBatch / 32 ids at once (the next batch rides in registers while this one is processed),
+// loads kRouteSteps ids at once (the next batch rides in registers while this one is processed),
 // so a warp waits for one load round trip per batch, not per 32 pairs. The kernel this replaces placed
 // 32 pairs per CTA barrier and loaded its ids per 512 pairs: ~100 us at 32,768 pairs.
 #pragma once
@@ -32,7 +32,8 @@ struct RouteParams {
   i32 num_counters;
 };
 
-constexpr int kRouteBatch = 512;  // pairs per warp batch: 16 ids per lane in flight
+constexpr int kRouteBatch = 512;              // pairs per warp batch
+constexpr int kRouteSteps = kRouteBatch / 32;  // 32-pair steps per batch: ids per lane in flight
 
 // The lanes whose v equals this lane's (what match.any.sync computes), from one ballot per bit of v
 // (0 <= v < 2^kBits). match.any measured ~150 cycles per warp instruction per SM on sm_90 (a route of
@@ -58,25 +59,24 @@ constexpr int route_key_bits() {
 }
 
 // Walks a warp's segment [begin, end) in batches of kRouteBatch pairs, calling f(e, base) per batch:
-// e[j] is the local expert of pair base + 32 j + lane (-1 past `end` or outside this rank's experts). Every lane takes part in every step (no early exit), so the warp stays converged and the
-// callers' warp collectives compile to single instructions.
+// e[j] is the local expert of pair base + 32 j + lane (-1 past `end` or outside this rank's experts).
+// Every lane of the warp takes every batch and step, so the callers' warp collectives run converged.
 template <int kExperts, typename F>
 MOEJIT_DEVICE void route_walk_segment(const RouteParams& p, int begin, int end, F&& f) {
-  constexpr int kSteps = kRouteBatch / 32;
   const int lane = threadIdx.x & 31;
-  int ids[kSteps];
+  int ids[kRouteSteps];
   auto load = [&](int base) {
 #pragma unroll
-    for (int j = 0; j < kSteps; ++j) {
+    for (int j = 0; j < kRouteSteps; ++j) {
       const int q = base + j * 32 + lane;
       ids[j] = q < end ? p.topk_ids[q] : p.expert_begin - 1;
     }
   };
   load(begin);
   for (int base = begin; base < end; base += kRouteBatch) {
-    int e[kSteps];
+    int e[kRouteSteps];
 #pragma unroll
-    for (int j = 0; j < kSteps; ++j) {
+    for (int j = 0; j < kRouteSteps; ++j) {
       e[j] = ids[j] - p.expert_begin;
       if (e[j] < 0 || e[j] >= kExperts) e[j] = -1;
     }
@@ -107,9 +107,9 @@ __device__ void moe_route(const RouteParams& p) {
   for (int i = tid; i < kWarps * kExperts; i += kThreads) table[i] = 0;
   __syncthreads();
   i32* const row = table + warp * kExperts;
-  route_walk_segment<kExperts>(p, begin, end, [&](const int (&e)[kRouteBatch / 32], int) {
+  route_walk_segment<kExperts>(p, begin, end, [&](const int (&e)[kRouteSteps], int) {
 #pragma unroll
-    for (int j = 0; j < kRouteBatch / 32; ++j)
+    for (int j = 0; j < kRouteSteps; ++j)
       if (e[j] >= 0) atomicAdd(&row[e[j]], 1);
   });
   __syncthreads();
@@ -165,14 +165,13 @@ __device__ void moe_route(const RouteParams& p) {
   __syncthreads();
 
   // Stable placement: each warp walks its segment again (the ids now come from the L2) with its cursors.
-  route_walk_segment<kExperts>(p, begin, end, [&](const int (&e)[kRouteBatch / 32], int base) {
-    constexpr int kSteps = kRouteBatch / 32;
-    u32 peers[kSteps];
+  route_walk_segment<kExperts>(p, begin, end, [&](const int (&e)[kRouteSteps], int base) {
+    u32 peers[kRouteSteps];
 #pragma unroll
-    for (int j = 0; j < kSteps; ++j)  // steps past the segment (warp-uniform) are skipped
+    for (int j = 0; j < kRouteSteps; ++j)  // steps past the segment (warp-uniform) are skipped
       peers[j] = base + 32 * j < end ? warp_peers<route_key_bits<kExperts>()>(e[j] >= 0 ? e[j] : kExperts) : 0u;
 #pragma unroll
-    for (int j = 0; j < kSteps; ++j) {
+    for (int j = 0; j < kRouteSteps; ++j) {
       if (base + 32 * j >= end) break;  // warp-uniform
       const int rank = __popc(peers[j] & ((1u << lane) - 1u));
       const int start = e[j] >= 0 ? row[e[j]] : 0;
