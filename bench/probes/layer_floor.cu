@@ -1,0 +1,293 @@
+// Lower bounds of a routed decode layer on this GPU, timed as `moejit bench` times a forward: a CUDA
+// graph of (L2 flush: a read of 2x the L2 size, start event node, the kernels, stop event node), replayed,
+// median of the replays. The kernels only read bytes; none decodes or multiplies anything, so each time
+// is a floor for every layer that must do what the kernels do:
+//
+//   read        one kernel reads FC1 + FC2 bytes contiguously (the bench's "read" column)
+//   ids+read    the same, but each CTA first loads a routing id from the flushed memory and derives its
+//               read addresses from it: no weight address exists before the ids arrive
+//   2k-serial   kernel 1: ids + the FC1 bytes, then a store per CTA (FC1's output); kernel 2, its
+//               programmatic dependent (PDL, as moejit's decode launches FC2): ids + the FC2 bytes,
+//               `griddepcontrol.wait`, one load of kernel 1's output and a store per CTA. Both kernels
+//               take every SM's threads, so kernel 2 reads after kernel 1 drains (FC2 after FC1)
+//   2k-overlap  the same with half the threads per kernel, so kernel 2's CTAs are resident from the
+//               start and its FC2 bytes stream beside FC1's: a layer whose FC2 weights are all on chip
+//               when FC1 ends and whose FC2 then costs one dependent load and a store
+//   1k-barrier  one cooperative launch: ids, all bytes, a grid barrier (self-resetting, no memset
+//               node), one load of another CTA's store, a store
+//
+// Build and run on the GPU machine (the CUDA runtime, not part of the moejit binaries):
+//   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/layer_floor bench/probes/layer_floor.cu
+//   /tmp/layer_floor                 # gpt-oss-120b M = 1 and 2, Qwen3-30B-A3B M = 1 (the open rows)
+//   /tmp/layer_floor NAME FC1_BYTES FC2_BYTES [REPLAYS]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#define CHECK(x)                                                                          \
+  do {                                                                                    \
+    cudaError_t e_ = (x);                                                                 \
+    if (e_ != cudaSuccess) {                                                              \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+namespace {
+
+constexpr int kThreads = 512;
+
+// Four 16-byte streaming loads in flight per thread, folded into one word (the bench's read floor loop).
+__device__ __forceinline__ unsigned read_range(const char* p, unsigned long long n16, unsigned long long first,
+                                               unsigned long long stride) {
+  unsigned acc = 0;
+  for (unsigned long long i = first; i < n16; i += 4 * stride) {
+    unsigned v[4][4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const unsigned long long k = i + u * stride;
+      v[u][0] = v[u][1] = v[u][2] = v[u][3] = 0u;
+      if (k < n16)
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(v[u][0]), "=r"(v[u][1]), "=r"(v[u][2]), "=r"(v[u][3])
+                     : "l"(p + 16 * k));
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc ^= v[u][0] ^ v[u][1] ^ v[u][2] ^ v[u][3];
+  }
+  return acc;
+}
+
+// The CTA's routing id, loaded by one thread and shared, as a decode CTA routes: the ids are 0 at run
+// time, but the read addresses depend on them, so no load of the weights can leave before they arrive.
+__device__ __forceinline__ unsigned long long routed_offset(const int* ids) {
+  __shared__ int id;
+  if (threadIdx.x == 0) id = *(volatile const int*)(ids + (blockIdx.x & 7));
+  __syncthreads();
+  return static_cast<unsigned long long>(id);
+}
+
+__device__ __forceinline__ void sink_if(unsigned acc, unsigned* sink) {
+  if (acc == 0x9E3779B9u) *sink = acc;  // never true for the all-0x01 data; keeps the loads alive
+}
+
+__global__ void __launch_bounds__(kThreads, 4) k_read(const char* p, unsigned long long n16, unsigned* sink) {
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  sink_if(read_range(p, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride), sink);
+}
+
+__global__ void __launch_bounds__(kThreads, 4) k_ids_read(const int* ids, const char* p, unsigned long long n16,
+                                                       unsigned* sink) {
+  const unsigned long long off = routed_offset(ids);
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  sink_if(read_range(p + 16 * off, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride), sink);
+}
+
+// Kernel 1 of the two-launch forms: FC1's bytes, then its output (one word per CTA).
+__global__ void __launch_bounds__(kThreads, 4) k_phase1(const int* ids, const char* p, unsigned long long n16,
+                                                     unsigned* out1) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  const unsigned long long off = routed_offset(ids);
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  const unsigned acc = read_range(p + 16 * off, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride);
+  __shared__ unsigned red;
+  if (threadIdx.x == 0) red = 0;
+  __syncthreads();
+  atomicXor(&red, acc);
+  __syncthreads();
+  if (threadIdx.x == 0) out1[blockIdx.x] = red;
+}
+
+// Kernel 2: FC2's bytes (independent of kernel 1), the wait, one load of kernel 1's output, a store.
+__global__ void __launch_bounds__(kThreads, 4) k_phase2(const int* ids, const char* p, unsigned long long n16,
+                                                     const unsigned* out1, int n1, unsigned* out2) {
+  const unsigned long long off = routed_offset(ids);
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  const unsigned acc = read_range(p + 16 * off, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride);
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (threadIdx.x == 0) out2[blockIdx.x] = out1[blockIdx.x % n1] ^ (acc == 0x9E3779B9u ? 1u : 0u);
+}
+
+struct GridBarrier {
+  unsigned count;
+  unsigned generation;
+};
+
+// One launch: all bytes, a grid barrier whose last arriver resets the count (so replays need no memset),
+// then a load of another CTA's word and a store.
+__global__ void __launch_bounds__(kThreads, 4) k_one(const int* ids, const char* p, unsigned long long n16, unsigned* out1,
+                                                  unsigned* out2, GridBarrier* bar) {
+  const unsigned long long off = routed_offset(ids);
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  const unsigned acc = read_range(p + 16 * off, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride);
+  if (threadIdx.x == 0) out1[blockIdx.x] = acc == 0x9E3779B9u ? 1u : 0u;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned gen;
+    asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(gen) : "l"(&bar->generation) : "memory");
+    __threadfence();
+    if (atomicAdd(&bar->count, 1u) == gridDim.x - 1) {
+      bar->count = 0;
+      __threadfence();
+      atomicAdd(&bar->generation, 1u);
+    } else {
+      unsigned now;
+      do {
+        asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(now) : "l"(&bar->generation) : "memory");
+      } while (now == gen);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) out2[blockIdx.x] = out1[(blockIdx.x + 1) % gridDim.x];
+}
+
+struct Device {
+  int sms = 0;
+  size_t l2 = 0;
+};
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Times `body` as the bench times a forward: flush, start event, body, stop event, all in one graph.
+template <class Body>
+float time_us(cudaStream_t s, const char* flush, unsigned long long flush16, unsigned* sink, int sms, int replays,
+              Body&& body) {
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  cudaGraph_t g;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  k_read<<<4 * sms, kThreads, 0, s>>>(flush, flush16, sink);
+  CHECK(cudaEventRecordWithFlags(a, s, cudaEventRecordExternal));
+  body();
+  CHECK(cudaEventRecordWithFlags(b, s, cudaEventRecordExternal));
+  CHECK(cudaStreamEndCapture(s, &g));
+  cudaGraphExec_t ge;
+  CHECK(cudaGraphInstantiate(&ge, g, 0));
+  std::vector<float> us;
+  for (int r = 0; r < replays + 1; ++r) {
+    CHECK(cudaGraphLaunch(ge, s));
+    CHECK(cudaStreamSynchronize(s));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    if (r > 0) us.push_back(ms * 1000.f);
+  }
+  CHECK(cudaGraphExecDestroy(ge));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
+  return median(us);
+}
+
+void launch_pdl(cudaStream_t s, int blocks, const int* ids, const char* p, unsigned long long n16, const unsigned* out1,
+                int n1, unsigned* out2) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CHECK(cudaLaunchKernelEx(&cfg, k_phase2, ids, p, n16, out1, n1, out2));
+}
+
+void launch_cooperative(cudaStream_t s, int blocks, const int* ids, const char* p, unsigned long long n16, unsigned* out1,
+                        unsigned* out2, GridBarrier* bar) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CHECK(cudaLaunchKernelEx(&cfg, k_one, ids, p, n16, out1, out2, bar));
+}
+
+struct Case {
+  std::string name;
+  size_t fc1, fc2;  // bytes
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int replays = 40;
+  std::vector<Case> cases;
+  if (argc >= 4) {
+    cases.push_back({argv[1], std::strtoull(argv[2], nullptr, 10), std::strtoull(argv[3], nullptr, 10)});
+    if (argc >= 5) replays = std::atoi(argv[4]);
+  } else {
+    // Prepared FP4 + scale bytes per expert (docs/PERFORMANCE.md "Floors") times the distinct experts
+    // the bench's routing touches.
+    cases = {{"gpt-oss-120b M=1 (4 experts)", 4 * 8812800ull, 4 * 4406400ull},
+             {"gpt-oss-120b M=2 (7 experts)", 7 * 8812800ull, 7 * 4406400ull},
+             {"qwen3-30b-a3b M=1 (8 experts)", 8 * 1769472ull, 8 * 884736ull},
+             {"almost no bytes (110 KB)", 73728ull, 36864ull}};
+  }
+  Device dev;
+  CHECK(cudaDeviceGetAttribute(&dev.sms, cudaDevAttrMultiProcessorCount, 0));
+  int l2 = 0;
+  CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+  dev.l2 = static_cast<size_t>(l2);
+  size_t most = 0;
+  for (const Case& c : cases) most = std::max(most, c.fc1 + c.fc2);
+  const size_t flush_bytes = 2 * dev.l2;
+  char *w, *flush;
+  int* ids;
+  unsigned *sink, *out1, *out2;
+  GridBarrier* bar;
+  CHECK(cudaMalloc(&w, most + 4096));
+  CHECK(cudaMalloc(&flush, flush_bytes));
+  CHECK(cudaMalloc(&ids, 4096));
+  CHECK(cudaMalloc(&sink, 16));
+  CHECK(cudaMalloc(&out1, 64 * 1024));
+  CHECK(cudaMalloc(&out2, 64 * 1024));
+  CHECK(cudaMalloc(&bar, sizeof(GridBarrier)));
+  CHECK(cudaMemset(w, 1, most + 4096));
+  CHECK(cudaMemset(flush, 1, flush_bytes));
+  CHECK(cudaMemset(ids, 0, 4096));
+  CHECK(cudaMemset(bar, 0, sizeof(GridBarrier)));
+  int per_sm = 0;
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_one, kThreads, 0));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const unsigned long long flush16 = flush_bytes / 16;
+  const int full = 4 * dev.sms, half = 2 * dev.sms;
+  const int coop = std::min(full, per_sm * dev.sms);
+  std::printf("layer floors on %d SMs, L2 %.1f MB flushed by a read of %.1f MB before each of %d replays (median, us)\n",
+              dev.sms, dev.l2 / 1e6, flush_bytes / 1e6, replays);
+  std::printf("%-32s %9s %9s %9s %10s %10s %10s\n", "case", "MB", "read", "ids+read", "2k-serial", "2k-overlap",
+              "1k-barrier");
+  for (const Case& c : cases) {
+    const unsigned long long n1 = c.fc1 / 16, n2 = c.fc2 / 16, nall = (c.fc1 + c.fc2) / 16;
+    const char* w2 = w + c.fc1;
+    const float t_read = time_us(s, flush, flush16, sink, dev.sms, replays, [&] { k_read<<<full, kThreads, 0, s>>>(w, nall, sink); });
+    const float t_ids = time_us(s, flush, flush16, sink, dev.sms, replays, [&] { k_ids_read<<<full, kThreads, 0, s>>>(ids, w, nall, sink); });
+    const float t_serial = time_us(s, flush, flush16, sink, dev.sms, replays, [&] {
+      k_phase1<<<full, kThreads, 0, s>>>(ids, w, n1, out1);
+      launch_pdl(s, full, ids, w2, n2, out1, full, out2);
+    });
+    const float t_overlap = time_us(s, flush, flush16, sink, dev.sms, replays, [&] {
+      k_phase1<<<half, kThreads, 0, s>>>(ids, w, n1, out1);
+      launch_pdl(s, half, ids, w2, n2, out1, half, out2);
+    });
+    const float t_one = time_us(s, flush, flush16, sink, dev.sms, replays,
+                                [&] { launch_cooperative(s, coop, ids, w, nall, out1, out2, bar); });
+    CHECK(cudaGetLastError());
+    std::printf("%-32s %9.2f %9.1f %9.1f %10.1f %10.1f %10.1f\n", c.name.c_str(), (c.fc1 + c.fc2) / 1e6, t_read, t_ids,
+                t_serial, t_overlap, t_one);
+  }
+  CHECK(cudaDeviceSynchronize());
+  return 0;
+}
