@@ -15,11 +15,15 @@
 //               when FC1 ends and whose FC2 then costs one dependent load and a store
 //   1k-barrier  one cooperative launch: ids, all bytes, a grid barrier (self-resetting, no memset
 //               node), one load of another CTA's store, a store
+//   slice+sum   FC2 cut at FC1's slices with no arithmetic: kernel 1 reads all bytes (ids first) and
+//               stores one fp32 partial row of H x M outputs per CTA; kernel 2 (PDL) sums the rows of
+//               every output in a fixed order and stores the outputs. The simplest such sum (each warp
+//               walks its rows in turn), so this is that structure's cost with this sum, not a floor
 //
 // Build and run on the GPU machine (the CUDA runtime, not part of the moejit binaries):
 //   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/layer_floor bench/probes/layer_floor.cu
 //   /tmp/layer_floor                 # gpt-oss-120b M = 1 and 2, Qwen3-30B-A3B M = 1 (the open rows)
-//   /tmp/layer_floor NAME FC1_BYTES FC2_BYTES [REPLAYS]
+//   /tmp/layer_floor NAME FC1_BYTES FC2_BYTES OUTPUTS [REPLAYS]      (OUTPUTS = H x M)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -145,6 +149,36 @@ __global__ void __launch_bounds__(kThreads, 4) k_one(const int* ids, const char*
   if (threadIdx.x == 0) out2[blockIdx.x] = out1[(blockIdx.x + 1) % gridDim.x];
 }
 
+// slice+sum, kernel 1: all bytes, then the CTA's partial row of `outputs` floats.
+__global__ void __launch_bounds__(kThreads, 4) k_slice(const int* ids, const char* p, unsigned long long n16,
+                                                       float* partial, int outputs) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  const unsigned long long off = routed_offset(ids);
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  const unsigned acc = read_range(p + 16 * off, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride);
+  const float v = acc == 0x9E3779B9u ? 1.f : 0.f;
+  for (int i = threadIdx.x; i < outputs; i += blockDim.x) partial[(size_t)blockIdx.x * outputs + i] = v + i;
+}
+
+// slice+sum, kernel 2: 32 outputs per CTA; warp w sums rows w, w + 16, ... for its lane's output, then the
+// 16 warp sums are added in warp order (a fixed order: the result does not depend on timing).
+__global__ void __launch_bounds__(kThreads, 4) k_slice_sum(const float* partial, int rows, int outputs, float* out) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  __shared__ float sums[kThreads / 32][32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int o = blockIdx.x * 32 + lane;
+  float acc = 0.f;
+  if (o < outputs)
+    for (int r = warp; r < rows; r += kThreads / 32) acc += partial[(size_t)r * outputs + o];
+  sums[warp][lane] = acc;
+  __syncthreads();
+  if (warp == 0) {
+    float total = 0.f;
+    for (int w = 0; w < kThreads / 32; ++w) total += sums[w][lane];
+    if (o < outputs) out[o] = total;
+  }
+}
+
 struct Device {
   int sms = 0;
   size_t l2 = 0;
@@ -200,6 +234,19 @@ void launch_pdl(cudaStream_t s, int blocks, const int* ids, const char* p, unsig
   CHECK(cudaLaunchKernelEx(&cfg, k_phase2, ids, p, n16, out1, n1, out2));
 }
 
+void launch_slice_sum(cudaStream_t s, const float* partial, int rows, int outputs, float* out) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((outputs + 31) / 32);
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  CHECK(cudaLaunchKernelEx(&cfg, k_slice_sum, partial, rows, outputs, out));
+}
+
 void launch_cooperative(cudaStream_t s, int blocks, const int* ids, const char* p, unsigned long long n16, unsigned* out1,
                         unsigned* out2, GridBarrier* bar) {
   cudaLaunchConfig_t cfg = {};
@@ -217,6 +264,7 @@ void launch_cooperative(cudaStream_t s, int blocks, const int* ids, const char* 
 struct Case {
   std::string name;
   size_t fc1, fc2;  // bytes
+  int outputs;      // H x M: the layer's output values
 };
 
 }  // namespace
@@ -224,16 +272,19 @@ struct Case {
 int main(int argc, char** argv) {
   int replays = 40;
   std::vector<Case> cases;
-  if (argc >= 4) {
-    cases.push_back({argv[1], std::strtoull(argv[2], nullptr, 10), std::strtoull(argv[3], nullptr, 10)});
-    if (argc >= 5) replays = std::atoi(argv[4]);
+  if (argc >= 5) {
+    cases.push_back({argv[1], std::strtoull(argv[2], nullptr, 10), std::strtoull(argv[3], nullptr, 10), std::atoi(argv[4])});
+    if (argc >= 6) replays = std::atoi(argv[5]);
+  } else if (argc > 1) {
+    std::fprintf(stderr, "usage: %s [NAME FC1_BYTES FC2_BYTES OUTPUTS [REPLAYS]]\n", argv[0]);
+    return 2;
   } else {
     // Prepared FP4 + scale bytes per expert (docs/PERFORMANCE.md "Floors") times the distinct experts
     // the bench's routing touches.
-    cases = {{"gpt-oss-120b M=1 (4 experts)", 4 * 8812800ull, 4 * 4406400ull},
-             {"gpt-oss-120b M=2 (7 experts)", 7 * 8812800ull, 7 * 4406400ull},
-             {"qwen3-30b-a3b M=1 (8 experts)", 8 * 1769472ull, 8 * 884736ull},
-             {"almost no bytes (110 KB)", 73728ull, 36864ull}};
+    cases = {{"gpt-oss-120b M=1 (4 experts)", 4 * 8812800ull, 4 * 4406400ull, 2880},
+             {"gpt-oss-120b M=2 (7 experts)", 7 * 8812800ull, 7 * 4406400ull, 2 * 2880},
+             {"qwen3-30b-a3b M=1 (8 experts)", 8 * 1769472ull, 8 * 884736ull, 2048},
+             {"almost no bytes (110 KB)", 73728ull, 36864ull, 256}};
   }
   Device dev;
   CHECK(cudaDeviceGetAttribute(&dev.sms, cudaDevAttrMultiProcessorCount, 0));
@@ -254,6 +305,11 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&out1, 64 * 1024));
   CHECK(cudaMalloc(&out2, 64 * 1024));
   CHECK(cudaMalloc(&bar, sizeof(GridBarrier)));
+  int most_outputs = 0;
+  for (const Case& c : cases) most_outputs = std::max(most_outputs, c.outputs);
+  float *partial, *out;
+  CHECK(cudaMalloc(&partial, sizeof(float) * 4 * dev.sms * (size_t)most_outputs));
+  CHECK(cudaMalloc(&out, sizeof(float) * (size_t)most_outputs));
   CHECK(cudaMemset(w, 1, most + 4096));
   CHECK(cudaMemset(flush, 1, flush_bytes));
   CHECK(cudaMemset(ids, 0, 4096));
@@ -267,8 +323,8 @@ int main(int argc, char** argv) {
   const int coop = std::min(full, per_sm * dev.sms);
   std::printf("layer floors on %d SMs, L2 %.1f MB flushed by a read of %.1f MB before each of %d replays (median, us)\n",
               dev.sms, dev.l2 / 1e6, flush_bytes / 1e6, replays);
-  std::printf("%-32s %9s %9s %9s %10s %10s %10s\n", "case", "MB", "read", "ids+read", "2k-serial", "2k-overlap",
-              "1k-barrier");
+  std::printf("%-32s %9s %9s %9s %10s %10s %10s %10s\n", "case", "MB", "read", "ids+read", "2k-serial", "2k-overlap",
+              "1k-barrier", "slice+sum");
   for (const Case& c : cases) {
     const unsigned long long n1 = c.fc1 / 16, n2 = c.fc2 / 16, nall = (c.fc1 + c.fc2) / 16;
     const char* w2 = w + c.fc1;
@@ -284,9 +340,13 @@ int main(int argc, char** argv) {
     });
     const float t_one = time_us(s, flush, flush16, sink, dev.sms, replays,
                                 [&] { launch_cooperative(s, coop, ids, w, nall, out1, out2, bar); });
+    const float t_slice = time_us(s, flush, flush16, sink, dev.sms, replays, [&] {
+      k_slice<<<full, kThreads, 0, s>>>(ids, w, nall, partial, c.outputs);
+      launch_slice_sum(s, partial, full, c.outputs, out);
+    });
     CHECK(cudaGetLastError());
-    std::printf("%-32s %9.2f %9.1f %9.1f %10.1f %10.1f %10.1f\n", c.name.c_str(), (c.fc1 + c.fc2) / 1e6, t_read, t_ids,
-                t_serial, t_overlap, t_one);
+    std::printf("%-32s %9.2f %9.1f %9.1f %10.1f %10.1f %10.1f %10.1f\n", c.name.c_str(), (c.fc1 + c.fc2) / 1e6, t_read,
+                t_ids, t_serial, t_overlap, t_one, t_slice);
   }
   CHECK(cudaDeviceSynchronize());
   return 0;
