@@ -220,45 +220,27 @@ float time_us(cudaStream_t s, const char* flush, unsigned long long flush16, uns
   return median(us);
 }
 
-void launch_pdl(cudaStream_t s, int blocks, const int* ids, const char* p, unsigned long long n16, const unsigned* out1,
-                int n1, unsigned* out2) {
+// Launches kernel k with one launch attribute: programmatic (a dependent of the previous kernel, PDL) or
+// cooperative (its grid co-resident).
+enum class Launch { programmatic, cooperative };
+
+template <class... Params, class... Args>
+void launch_ex(cudaStream_t s, Launch how, int blocks, void (*k)(Params...), Args... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(blocks);
   cfg.blockDim = dim3(kThreads);
   cfg.stream = s;
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  if (how == Launch::programmatic) {
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+  } else {
+    attr[0].id = cudaLaunchAttributeCooperative;
+    attr[0].val.cooperative = 1;
+  }
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  CHECK(cudaLaunchKernelEx(&cfg, k_phase2, ids, p, n16, out1, n1, out2));
-}
-
-void launch_slice_sum(cudaStream_t s, const float* partial, int rows, int outputs, float* out) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((outputs + 31) / 32);
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CHECK(cudaLaunchKernelEx(&cfg, k_slice_sum, partial, rows, outputs, out));
-}
-
-void launch_cooperative(cudaStream_t s, int blocks, const int* ids, const char* p, unsigned long long n16, unsigned* out1,
-                        unsigned* out2, GridBarrier* bar) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(blocks);
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CHECK(cudaLaunchKernelEx(&cfg, k_one, ids, p, n16, out1, out2, bar));
+  CHECK(cudaLaunchKernelEx(&cfg, k, args...));
 }
 
 struct Case {
@@ -332,17 +314,17 @@ int main(int argc, char** argv) {
     const float t_ids = time_us(s, flush, flush16, sink, dev.sms, replays, [&] { k_ids_read<<<full, kThreads, 0, s>>>(ids, w, nall, sink); });
     const float t_serial = time_us(s, flush, flush16, sink, dev.sms, replays, [&] {
       k_phase1<<<full, kThreads, 0, s>>>(ids, w, n1, out1);
-      launch_pdl(s, full, ids, w2, n2, out1, full, out2);
+      launch_ex(s, Launch::programmatic, full, k_phase2, ids, w2, n2, (const unsigned*)out1, full, out2);
     });
     const float t_overlap = time_us(s, flush, flush16, sink, dev.sms, replays, [&] {
       k_phase1<<<half, kThreads, 0, s>>>(ids, w, n1, out1);
-      launch_pdl(s, half, ids, w2, n2, out1, half, out2);
+      launch_ex(s, Launch::programmatic, half, k_phase2, ids, w2, n2, (const unsigned*)out1, half, out2);
     });
     const float t_one = time_us(s, flush, flush16, sink, dev.sms, replays,
-                                [&] { launch_cooperative(s, coop, ids, w, nall, out1, out2, bar); });
+                                [&] { launch_ex(s, Launch::cooperative, coop, k_one, ids, (const char*)w, nall, out1, out2, bar); });
     const float t_slice = time_us(s, flush, flush16, sink, dev.sms, replays, [&] {
       k_slice<<<full, kThreads, 0, s>>>(ids, w, nall, partial, c.outputs);
-      launch_slice_sum(s, partial, full, c.outputs, out);
+      launch_ex(s, Launch::programmatic, (c.outputs + 31) / 32, k_slice_sum, (const float*)partial, full, c.outputs, out);
     });
     CHECK(cudaGetLastError());
     std::printf("%-32s %9.2f %9.1f %9.1f %10.1f %10.1f %10.1f %10.1f\n", c.name.c_str(), (c.fc1 + c.fc2) / 1e6, t_read,
