@@ -339,26 +339,15 @@ GeneratedSource generate_source(const KernelKey& raw) {
 }
 
 GeneratedSource read_floor_source() {
-  // Every thread keeps four 16-byte streaming loads in flight and folds them into one word, written
-  // only if it matches a value the data never produces (so the loads cannot be dropped).
+  // Every thread keeps four 16-byte streaming loads in flight (templates/read_stream.cuh) and folds them
+  // into one word, written only if it matches a value the data never produces (so the loads cannot be
+  // dropped).
   static constexpr const char* kSource = R"(// moejit bench read floor
+#include "read_stream.cuh"
 extern "C" __global__ void __launch_bounds__(512) moejit_read_floor(const char* p, unsigned long long n16,
                                                                     unsigned* sink) {
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-  unsigned acc = 0;
-  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += 4 * stride) {
-    unsigned v[4][4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const unsigned long long k = i + u * stride;
-      v[u][0] = v[u][1] = v[u][2] = v[u][3] = 0u;
-      if (k < n16)
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(v[u][0]), "=r"(v[u][1]), "=r"(v[u][2]), "=r"(v[u][3]) : "l"(p + 16 * k));
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u) acc ^= v[u][0] ^ v[u][1] ^ v[u][2] ^ v[u][3];
-  }
+  const unsigned acc = read_stream(p, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride);
   if (acc == 0x9E3779B9u) *sink = acc;
 }
 )";

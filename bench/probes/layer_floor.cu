@@ -26,6 +26,8 @@
 //   /tmp/layer_floor NAME FC1_BYTES FC2_BYTES OUTPUTS [REPLAYS]      (OUTPUTS = H x M)
 #include <cuda_runtime.h>
 
+#include "../../templates/read_stream.cuh"  // the bench read floor's own loop
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -45,27 +47,6 @@ namespace {
 
 constexpr int kThreads = 512;
 
-// Four 16-byte streaming loads in flight per thread, folded into one word (the bench's read floor loop).
-__device__ __forceinline__ unsigned read_range(const char* p, unsigned long long n16, unsigned long long first,
-                                               unsigned long long stride) {
-  unsigned acc = 0;
-  for (unsigned long long i = first; i < n16; i += 4 * stride) {
-    unsigned v[4][4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const unsigned long long k = i + u * stride;
-      v[u][0] = v[u][1] = v[u][2] = v[u][3] = 0u;
-      if (k < n16)
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(v[u][0]), "=r"(v[u][1]), "=r"(v[u][2]), "=r"(v[u][3])
-                     : "l"(p + 16 * k));
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u) acc ^= v[u][0] ^ v[u][1] ^ v[u][2] ^ v[u][3];
-  }
-  return acc;
-}
-
 // The CTA's routing id, loaded by one thread and shared, as a decode CTA routes: the ids are 0 at run
 // time, but the read addresses depend on them, so no load of the weights can leave before they arrive.
 __device__ __forceinline__ unsigned long long routed_offset(const int* ids) {
@@ -81,14 +62,14 @@ __device__ __forceinline__ void sink_if(unsigned acc, unsigned* sink) {
 
 __global__ void __launch_bounds__(kThreads, 4) k_read(const char* p, unsigned long long n16, unsigned* sink) {
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-  sink_if(read_range(p, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride), sink);
+  sink_if(read_stream(p, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride), sink);
 }
 
 __global__ void __launch_bounds__(kThreads, 4) k_ids_read(const int* ids, const char* p, unsigned long long n16,
                                                        unsigned* sink) {
   const unsigned long long off = routed_offset(ids);
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-  sink_if(read_range(p + 16 * off, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride), sink);
+  sink_if(read_stream(p + 16 * off, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride), sink);
 }
 
 // Kernel 1 of the two-launch forms: FC1's bytes, then its output (one word per CTA).
@@ -97,7 +78,7 @@ __global__ void __launch_bounds__(kThreads, 4) k_phase1(const int* ids, const ch
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const unsigned long long off = routed_offset(ids);
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-  const unsigned acc = read_range(p + 16 * off, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride);
+  const unsigned acc = read_stream(p + 16 * off, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride);
   __shared__ unsigned red;
   if (threadIdx.x == 0) red = 0;
   __syncthreads();
@@ -111,7 +92,7 @@ __global__ void __launch_bounds__(kThreads, 4) k_phase2(const int* ids, const ch
                                                      const unsigned* out1, int n1, unsigned* out2) {
   const unsigned long long off = routed_offset(ids);
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-  const unsigned acc = read_range(p + 16 * off, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride);
+  const unsigned acc = read_stream(p + 16 * off, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride);
   asm volatile("griddepcontrol.wait;" ::: "memory");
   if (threadIdx.x == 0) out2[blockIdx.x] = out1[blockIdx.x % n1] ^ (acc == 0x9E3779B9u ? 1u : 0u);
 }
@@ -127,7 +108,7 @@ __global__ void __launch_bounds__(kThreads, 4) k_one(const int* ids, const char*
                                                   unsigned* out2, GridBarrier* bar) {
   const unsigned long long off = routed_offset(ids);
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-  const unsigned acc = read_range(p + 16 * off, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride);
+  const unsigned acc = read_stream(p + 16 * off, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride);
   if (threadIdx.x == 0) out1[blockIdx.x] = acc == 0x9E3779B9u ? 1u : 0u;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -155,7 +136,7 @@ __global__ void __launch_bounds__(kThreads, 4) k_slice(const int* ids, const cha
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const unsigned long long off = routed_offset(ids);
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-  const unsigned acc = read_range(p + 16 * off, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride);
+  const unsigned acc = read_stream(p + 16 * off, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride);
   const float v = acc == 0x9E3779B9u ? 1.f : 0.f;
   for (int i = threadIdx.x; i < outputs; i += blockDim.x) partial[(size_t)blockIdx.x * outputs + i] = v + i;
 }
