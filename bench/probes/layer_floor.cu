@@ -19,6 +19,12 @@
 //               stores one fp32 partial row of H x M outputs per CTA; kernel 2 (PDL) sums the rows of
 //               every output in a fixed order and stores the outputs. The simplest such sum (each warp
 //               walks its rows in turn), so this is that structure's cost with this sum, not a floor
+//   slice/Nsm   the same structure with a batched sum (each warp issues all of its rows' loads before
+//               adding them in row order; 32 warps per sum CTA) over N partial rows per SM: 4 (512-thread
+//               CTAs, as slice+sum), 2 or 1 (1024-thread CTAs). One row per SM is the fewest a slice layer
+//               can leave without a cross-CTA exchange inside kernel 1
+//   1sm/w8, /w4 slice/1sm with 8 or 4 warps per sum CTA (17 or 34 rows per warp, fewer warp sums to add)
+//   rows/1sm    slice/1sm's kernel 1 alone (the read at one 1024-thread CTA per SM and the partial rows)
 //
 // Build and run on the GPU machine (the CUDA runtime, not part of the moejit binaries):
 //   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/layer_floor bench/probes/layer_floor.cu
@@ -160,6 +166,47 @@ __global__ void __launch_bounds__(kThreads, 4) k_slice_sum(const float* partial,
   }
 }
 
+// slice+sum with the sum batched (the "slice/N" columns), kernel 1: as k_slice at kSliceThreads threads,
+// so that N = CTAs per SM x SMs partial rows exist (one per SM at 1024 threads).
+template <int kSliceThreads>
+__global__ void __launch_bounds__(kSliceThreads) k_slice_wide(const int* ids, const char* p, unsigned long long n16,
+                                                              float* partial, int outputs) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  const unsigned long long off = routed_offset(ids);
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  const unsigned acc = read_stream(p + 16 * off, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride);
+  const float v = acc == 0x9E3779B9u ? 1.f : 0.f;
+  for (int i = threadIdx.x; i < outputs; i += blockDim.x) partial[(size_t)blockIdx.x * outputs + i] = v + i;
+}
+
+// The batched sum: 32 outputs per CTA of kSumWarps warps; warp w takes a contiguous block of at most
+// kRowsPerWarp rows and issues all their loads before adding them in row order (one L2 round trip per
+// warp); the warp sums are then added in warp order (fixed: bit-identical from run to run).
+template <int kSumWarps, int kRowsPerWarp>
+__global__ void __launch_bounds__(kSumWarps * 32) k_slice_sum_batched(const float* partial, int rows, int outputs,
+                                                                      float* out) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  __shared__ float sums[kSumWarps][32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int o = blockIdx.x * 32 + lane;
+  const int r0 = warp * kRowsPerWarp, r1 = min(rows, r0 + kRowsPerWarp);
+  float v[kRowsPerWarp];
+#pragma unroll
+  for (int j = 0; j < kRowsPerWarp; ++j)
+    v[j] = r0 + j < r1 && o < outputs ? __ldcg(partial + (size_t)(r0 + j) * outputs + o) : 0.f;
+  float acc = 0.f;
+#pragma unroll
+  for (int j = 0; j < kRowsPerWarp; ++j) acc += v[j];
+  sums[warp][lane] = acc;
+  __syncthreads();
+  if (warp == 0) {
+    float total = 0.f;
+#pragma unroll
+    for (int w = 0; w < kSumWarps; ++w) total += sums[w][lane];
+    if (o < outputs) out[o] = total;
+  }
+}
+
 struct Device {
   int sms = 0;
   size_t l2 = 0;
@@ -206,10 +253,10 @@ float time_us(cudaStream_t s, const char* flush, unsigned long long flush16, uns
 enum class Launch { programmatic, cooperative };
 
 template <class... Params, class... Args>
-void launch_ex(cudaStream_t s, Launch how, int blocks, void (*k)(Params...), Args... args) {
+void launch_ex(cudaStream_t s, Launch how, int blocks, int threads, void (*k)(Params...), Args... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(blocks);
-  cfg.blockDim = dim3(kThreads);
+  cfg.blockDim = dim3(threads);
   cfg.stream = s;
   cudaLaunchAttribute attr[1];
   if (how == Launch::programmatic) {
@@ -286,8 +333,8 @@ int main(int argc, char** argv) {
   const int coop = std::min(full, per_sm * dev.sms);
   std::printf("layer floors on %d SMs, L2 %.1f MB flushed by a read of %.1f MB before each of %d replays (median, us)\n",
               dev.sms, dev.l2 / 1e6, flush_bytes / 1e6, replays);
-  std::printf("%-32s %9s %9s %9s %10s %10s %10s %10s\n", "case", "MB", "read", "ids+read", "2k-serial", "2k-overlap",
-              "1k-barrier", "slice+sum");
+  std::printf("%-32s %9s %9s %9s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "case", "MB", "read", "ids+read", "2k-serial",
+              "2k-overlap", "1k-barrier", "slice+sum", "slice/4sm", "slice/2sm", "slice/1sm", "1sm/w8", "1sm/w4", "rows/1sm");
   for (const Case& c : cases) {
     const unsigned long long n1 = c.fc1 / 16, n2 = c.fc2 / 16, nall = (c.fc1 + c.fc2) / 16;
     const char* w2 = w + c.fc1;
@@ -295,21 +342,48 @@ int main(int argc, char** argv) {
     const float t_ids = time_us(s, flush, flush16, sink, dev.sms, replays, [&] { k_ids_read<<<full, kThreads, 0, s>>>(ids, w, nall, sink); });
     const float t_serial = time_us(s, flush, flush16, sink, dev.sms, replays, [&] {
       k_phase1<<<full, kThreads, 0, s>>>(ids, w, n1, out1);
-      launch_ex(s, Launch::programmatic, full, k_phase2, ids, w2, n2, (const unsigned*)out1, full, out2);
+      launch_ex(s, Launch::programmatic, full, kThreads, k_phase2, ids, w2, n2, (const unsigned*)out1, full, out2);
     });
     const float t_overlap = time_us(s, flush, flush16, sink, dev.sms, replays, [&] {
       k_phase1<<<half, kThreads, 0, s>>>(ids, w, n1, out1);
-      launch_ex(s, Launch::programmatic, half, k_phase2, ids, w2, n2, (const unsigned*)out1, half, out2);
+      launch_ex(s, Launch::programmatic, half, kThreads, k_phase2, ids, w2, n2, (const unsigned*)out1, half, out2);
     });
     const float t_one = time_us(s, flush, flush16, sink, dev.sms, replays,
-                                [&] { launch_ex(s, Launch::cooperative, coop, k_one, ids, (const char*)w, nall, out1, out2, bar); });
+                                [&] { launch_ex(s, Launch::cooperative, coop, kThreads, k_one, ids, (const char*)w, nall, out1, out2, bar); });
     const float t_slice = time_us(s, flush, flush16, sink, dev.sms, replays, [&] {
       k_slice<<<full, kThreads, 0, s>>>(ids, w, nall, partial, c.outputs);
-      launch_ex(s, Launch::programmatic, (c.outputs + 31) / 32, k_slice_sum, (const float*)partial, full, c.outputs, out);
+      launch_ex(s, Launch::programmatic, (c.outputs + 31) / 32, kThreads, k_slice_sum, (const float*)partial, full, c.outputs, out);
     });
+    // The batched sum over rows = CTAs of kernel 1: 4 per SM at 512 threads (as slice+sum), 2 or 1 per SM at
+    // 1024 threads. The sum kernel's shape (warps x rows per warp) must cover the rows; sum_warps 0 times
+    // kernel 1 alone.
+    auto slice_batched = [&](int per_sm, auto sum_kernel, int sum_warps, int rows_per_warp) {
+      const int rows = per_sm * dev.sms;
+      if (sum_warps > 0 && sum_warps * rows_per_warp < rows) {
+        std::fprintf(stderr, "the batched sum covers %d x %d partial rows, fewer than the %d of %d per SM on %d SMs\n",
+                     sum_warps, rows_per_warp, rows, per_sm, dev.sms);
+        std::exit(1);
+      }
+      return time_us(s, flush, flush16, sink, dev.sms, replays, [&] {
+        if (per_sm == 4) k_slice_wide<512><<<rows, 512, 0, s>>>(ids, w, nall, partial, c.outputs);
+        else k_slice_wide<1024><<<rows, 1024, 0, s>>>(ids, w, nall, partial, c.outputs);
+        if (sum_warps > 0)
+          launch_ex(s, Launch::programmatic, (c.outputs + 31) / 32, sum_warps * 32, sum_kernel, (const float*)partial,
+                    rows, c.outputs, out);
+      });
+    };
+    // Shapes for up to 136-160 SMs: 4 rows per SM over 32 warps of 17, 2 over 16 of 17, 1 over 32 of 5, 8 of 17
+    // or 4 of 34.
+    const float t_b4 = slice_batched(4, k_slice_sum_batched<32, 17>, 32, 17),
+                t_b2 = slice_batched(2, k_slice_sum_batched<16, 17>, 16, 17),
+                t_b1 = slice_batched(1, k_slice_sum_batched<32, 5>, 32, 5),
+                t_b1w8 = slice_batched(1, k_slice_sum_batched<8, 17>, 8, 17),
+                t_b1w4 = slice_batched(1, k_slice_sum_batched<4, 34>, 4, 34),
+                t_k1 = slice_batched(1, k_slice_sum_batched<4, 34>, 0, 34);
     CHECK(cudaGetLastError());
-    std::printf("%-32s %9.2f %9.1f %9.1f %10.1f %10.1f %10.1f %10.1f\n", c.name.c_str(), (c.fc1 + c.fc2) / 1e6, t_read,
-                t_ids, t_serial, t_overlap, t_one, t_slice);
+    std::printf("%-32s %9.2f %9.1f %9.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f\n",
+                c.name.c_str(), (c.fc1 + c.fc2) / 1e6, t_read, t_ids, t_serial, t_overlap, t_one, t_slice, t_b4, t_b2,
+                t_b1, t_b1w8, t_b1w4, t_k1);
   }
   CHECK(cudaDeviceSynchronize());
   return 0;
