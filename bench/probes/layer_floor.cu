@@ -136,9 +136,12 @@ __global__ void __launch_bounds__(kThreads, 4) k_one(const int* ids, const char*
   if (threadIdx.x == 0) out2[blockIdx.x] = out1[(blockIdx.x + 1) % gridDim.x];
 }
 
-// slice+sum, kernel 1: all bytes, then the CTA's partial row of `outputs` floats.
-__global__ void __launch_bounds__(kThreads, 4) k_slice(const int* ids, const char* p, unsigned long long n16,
-                                                       float* partial, int outputs) {
+// slice+sum and slice/N, kernel 1: all bytes, then the CTA's partial row of `outputs` floats. Its CTAs of
+// kSliceThreads threads, kMinBlocks per SM, leave that many partial rows per SM (one at 1024 threads).
+template <int kSliceThreads, int kMinBlocks>
+__global__ void __launch_bounds__(kSliceThreads, kMinBlocks) k_slice(const int* ids, const char* p,
+                                                                     unsigned long long n16, float* partial,
+                                                                     int outputs) {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const unsigned long long off = routed_offset(ids);
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
@@ -164,19 +167,6 @@ __global__ void __launch_bounds__(kThreads, 4) k_slice_sum(const float* partial,
     for (int w = 0; w < kThreads / 32; ++w) total += sums[w][lane];
     if (o < outputs) out[o] = total;
   }
-}
-
-// slice+sum with the sum batched (the "slice/N" columns), kernel 1: as k_slice at kSliceThreads threads,
-// so that N = CTAs per SM x SMs partial rows exist (one per SM at 1024 threads).
-template <int kSliceThreads>
-__global__ void __launch_bounds__(kSliceThreads) k_slice_wide(const int* ids, const char* p, unsigned long long n16,
-                                                              float* partial, int outputs) {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  const unsigned long long off = routed_offset(ids);
-  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-  const unsigned acc = read_stream(p + 16 * off, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride);
-  const float v = acc == 0x9E3779B9u ? 1.f : 0.f;
-  for (int i = threadIdx.x; i < outputs; i += blockDim.x) partial[(size_t)blockIdx.x * outputs + i] = v + i;
 }
 
 // The batched sum: 32 outputs per CTA of kSumWarps warps; warp w takes a contiguous block of at most
@@ -351,7 +341,7 @@ int main(int argc, char** argv) {
     const float t_one = time_us(s, flush, flush16, sink, dev.sms, replays,
                                 [&] { launch_ex(s, Launch::cooperative, coop, kThreads, k_one, ids, (const char*)w, nall, out1, out2, bar); });
     const float t_slice = time_us(s, flush, flush16, sink, dev.sms, replays, [&] {
-      k_slice<<<full, kThreads, 0, s>>>(ids, w, nall, partial, c.outputs);
+      k_slice<kThreads, 4><<<full, kThreads, 0, s>>>(ids, w, nall, partial, c.outputs);
       launch_ex(s, Launch::programmatic, (c.outputs + 31) / 32, kThreads, k_slice_sum, (const float*)partial, full, c.outputs, out);
     });
     // The batched sum over rows = CTAs of kernel 1: 4 per SM at 512 threads (as slice+sum), 2 or 1 per SM at
@@ -365,8 +355,9 @@ int main(int argc, char** argv) {
         std::exit(1);
       }
       return time_us(s, flush, flush16, sink, dev.sms, replays, [&] {
-        if (per_sm == 4) k_slice_wide<512><<<rows, 512, 0, s>>>(ids, w, nall, partial, c.outputs);
-        else k_slice_wide<1024><<<rows, 1024, 0, s>>>(ids, w, nall, partial, c.outputs);
+        if (per_sm == 4) k_slice<512, 4><<<rows, 512, 0, s>>>(ids, w, nall, partial, c.outputs);
+        else if (per_sm == 2) k_slice<1024, 2><<<rows, 1024, 0, s>>>(ids, w, nall, partial, c.outputs);
+        else k_slice<1024, 1><<<rows, 1024, 0, s>>>(ids, w, nall, partial, c.outputs);
         if (sum_warps > 0)
           launch_ex(s, Launch::programmatic, (c.outputs + 31) / 32, sum_warps * 32, sum_kernel, (const float*)partial,
                     rows, c.outputs, out);
