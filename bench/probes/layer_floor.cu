@@ -25,6 +25,9 @@
 //               can leave without a cross-CTA exchange inside kernel 1
 //   1sm/w8, /w4 slice/1sm with 8 or 4 warps per sum CTA (17 or 34 rows per warp, fewer warp sums to add)
 //   rows/1sm    slice/1sm's kernel 1 alone (the read at one 1024-thread CTA per SM and the partial rows)
+//   slice+alu   slice/1sm whose kernel 1 also does the decode family's arithmetic on every byte (FP4
+//               decode, MMA, block scales: decode_stream), a lower bound for a slice layer that computes
+//   alu-rows    that kernel 1 alone
 //
 // Build and run on the GPU machine (the CUDA runtime, not part of the moejit binaries):
 //   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/layer_floor bench/probes/layer_floor.cu
@@ -33,6 +36,7 @@
 #include <cuda_runtime.h>
 
 #include "../../templates/read_stream.cuh"  // the bench read floor's own loop
+#include "../../templates/fp4_decode.cuh"   // the decode family's FP4 decode and block scales
 
 #include <algorithm>
 #include <cstdio>
@@ -136,16 +140,61 @@ __global__ void __launch_bounds__(kThreads, 4) k_one(const int* ids, const char*
   if (threadIdx.x == 0) out2[blockIdx.x] = out1[(blockIdx.x + 1) % gridDim.x];
 }
 
-// slice+sum and slice/N, kernel 1: all bytes, then the CTA's partial row of `outputs` floats. Its CTAs of
-// kSliceThreads threads, kMinBlocks per SM, leave that many partial rows per SM (one at 1024 threads).
-template <int kSliceThreads, int kMinBlocks>
+// The decode family's arithmetic on the runs read_stream would read (slice+alu): each 16-byte run goes
+// through the MXFP4 loop's operations, four words decoded (fp4_decode_word) into four k16 MMA steps
+// against activation pieces held in registers and each 32-wide block's MMA result scaled by its e8m0
+// scale in fp32 (block_scales, fed from the run's last word so the conversion stays in the loop), about
+// as many instructions per run and lane as FC1's and FC2's loops issue (v16, v22). No activation or scale
+// loads. warp_first: the first run of the calling thread's warp; the loop is warp-uniform (MMAs need the
+// whole warp) and lanes past the end multiply zeros. x_piece: the activation pieces (bf16x2). Returns read_stream's never-produced word only if the
+// accumulators hit a value the data never gives, so nothing is dropped.
+__device__ __forceinline__ unsigned decode_stream(const char* p, unsigned long long n16, unsigned long long warp_first,
+                                                  unsigned long long stride, u32 x_piece) {
+  const unsigned lane = threadIdx.x & 31;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  for (unsigned long long i = warp_first; i < n16; i += 4 * stride) {
+    u32x4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const unsigned long long k = i + u * stride + lane;
+      v[u] = k < n16 ? ld_stream_16(p + 16 * k) : u32x4{0u, 0u, 0u, 0u};
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const u32 words[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+#pragma unroll
+      for (int block = 0; block < 2; ++block) {
+        float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int st = 2 * block; st < 2 * block + 2; ++st) {
+          u32 a[4];
+          fp4_decode_word(words[st], a);
+          mma_bf16_16816(d, a, x_piece, x_piece);
+        }
+        float sg, sg8;
+        block_scales<false>(u32x2{v[u].w, 0u}, block, sg, sg8);
+        acc[0] = fmaf(d[0], sg, acc[0]);
+        acc[2] = fmaf(d[2], sg8, acc[2]);
+      }
+    }
+  }
+  return acc[0] + acc[2] == 1234.5f ? 0x9E3779B9u : 0u;
+}
+
+// slice+sum, slice/N and slice+alu, kernel 1: all bytes (read, or decoded and multiplied with kDecode),
+// then the CTA's partial row of `outputs` floats. Its CTAs of kSliceThreads threads, kMinBlocks per SM,
+// leave that many partial rows per SM (one at 1024 threads).
+template <int kSliceThreads, int kMinBlocks, bool kDecode = false>
 __global__ void __launch_bounds__(kSliceThreads, kMinBlocks) k_slice(const int* ids, const char* p,
                                                                      unsigned long long n16, float* partial,
                                                                      int outputs) {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const unsigned long long off = routed_offset(ids);
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-  const unsigned acc = read_stream(p + 16 * off, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride);
+  const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+  // The routing id (0) keeps the activation pieces, bf16x2 (1, 1), from being a compile-time constant.
+  const unsigned acc = kDecode ? decode_stream(p + 16 * off, n16, first & ~31ull, stride, 0x3F803F80u ^ static_cast<u32>(off))
+                               : read_stream(p + 16 * off, n16, first, stride);
   const float v = acc == 0x9E3779B9u ? 1.f : 0.f;
   for (int i = threadIdx.x; i < outputs; i += blockDim.x) partial[(size_t)blockIdx.x * outputs + i] = v + i;
 }
@@ -323,8 +372,9 @@ int main(int argc, char** argv) {
   const int coop = std::min(full, per_sm * dev.sms);
   std::printf("layer floors on %d SMs, L2 %.1f MB flushed by a read of %.1f MB before each of %d replays (median, us)\n",
               dev.sms, dev.l2 / 1e6, flush_bytes / 1e6, replays);
-  std::printf("%-32s %9s %9s %9s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "case", "MB", "read", "ids+read", "2k-serial",
-              "2k-overlap", "1k-barrier", "slice+sum", "slice/4sm", "slice/2sm", "slice/1sm", "1sm/w8", "1sm/w4", "rows/1sm");
+  std::printf("%-32s %9s %9s %9s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "case", "MB", "read",
+              "ids+read", "2k-serial", "2k-overlap", "1k-barrier", "slice+sum", "slice/4sm", "slice/2sm", "slice/1sm", "1sm/w8",
+              "1sm/w4", "rows/1sm", "slice+alu", "alu-rows");
   for (const Case& c : cases) {
     const unsigned long long n1 = c.fc1 / 16, n2 = c.fc2 / 16, nall = (c.fc1 + c.fc2) / 16;
     const char* w2 = w + c.fc1;
@@ -371,10 +421,20 @@ int main(int argc, char** argv) {
                 t_b1w8 = slice_batched(1, k_slice_sum_batched<8, 17>, 8, 17),
                 t_b1w4 = slice_batched(1, k_slice_sum_batched<4, 34>, 4, 34),
                 t_k1 = slice_batched(1, k_slice_sum_batched<4, 34>, 0, 34);
+    // slice/1sm with the decode's arithmetic in kernel 1, with its sum and alone.
+    auto slice_alu = [&](bool with_sum) {
+      return time_us(s, flush, flush16, sink, dev.sms, replays, [&] {
+        k_slice<1024, 1, true><<<dev.sms, 1024, 0, s>>>(ids, w, nall, partial, c.outputs);
+        if (with_sum)
+          launch_ex(s, Launch::programmatic, (c.outputs + 31) / 32, 32 * 32, k_slice_sum_batched<32, 5>,
+                    (const float*)partial, dev.sms, c.outputs, out);
+      });
+    };
+    const float t_alu = slice_alu(true), t_alu_rows = slice_alu(false);
     CHECK(cudaGetLastError());
-    std::printf("%-32s %9.2f %9.1f %9.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f\n",
+    std::printf("%-32s %9.2f %9.1f %9.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f\n",
                 c.name.c_str(), (c.fc1 + c.fc2) / 1e6, t_read, t_ids, t_serial, t_overlap, t_one, t_slice, t_b4, t_b2,
-                t_b1, t_b1w8, t_b1w4, t_k1);
+                t_b1, t_b1w8, t_b1w4, t_k1, t_alu, t_alu_rows);
   }
   CHECK(cudaDeviceSynchronize());
   return 0;
