@@ -146,8 +146,9 @@ __global__ void __launch_bounds__(kThreads, 4) k_one(const int* ids, const char*
 // scale in fp32 (block_scales, fed from the run's last word so the conversion stays in the loop), about
 // as many instructions per run and lane as FC1's and FC2's loops issue (v16, v22). No activation or scale
 // loads. warp_first: the first run of the calling thread's warp; the loop is warp-uniform (MMAs need the
-// whole warp) and lanes past the end multiply zeros. x_piece: the activation pieces (bf16x2). Returns read_stream's never-produced word only if the
-// accumulators hit a value the data never gives, so nothing is dropped.
+// whole warp) and lanes past the end multiply zeros. x_piece: the activation pieces (bf16x2). Returns
+// read_stream's never-produced word only if the accumulators hit a value the data never gives, so
+// nothing is dropped.
 __device__ __forceinline__ unsigned decode_stream(const char* p, unsigned long long n16, unsigned long long warp_first,
                                                   unsigned long long stride, u32 x_piece) {
   const unsigned lane = threadIdx.x & 31;
