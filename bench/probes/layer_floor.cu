@@ -56,6 +56,9 @@
 namespace {
 
 constexpr int kThreads = 512;
+// A folded word the all-0x01 data never produces: results are stored only when they equal it, so the
+// loads behind them cannot be dropped and nothing is written in practice.
+constexpr unsigned kNeverProduced = 0x9E3779B9u;
 
 // The CTA's routing id, loaded by one thread and shared, as a decode CTA routes: the ids are 0 at run
 // time, but the read addresses depend on them, so no load of the weights can leave before they arrive.
@@ -67,7 +70,7 @@ __device__ __forceinline__ unsigned long long routed_offset(const int* ids) {
 }
 
 __device__ __forceinline__ void sink_if(unsigned acc, unsigned* sink) {
-  if (acc == 0x9E3779B9u) *sink = acc;  // never true for the all-0x01 data; keeps the loads alive
+  if (acc == kNeverProduced) *sink = acc;
 }
 
 __global__ void __launch_bounds__(kThreads, 4) k_read(const char* p, unsigned long long n16, unsigned* sink) {
@@ -104,7 +107,7 @@ __global__ void __launch_bounds__(kThreads, 4) k_phase2(const int* ids, const ch
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
   const unsigned acc = read_stream(p + 16 * off, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride);
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  if (threadIdx.x == 0) out2[blockIdx.x] = out1[blockIdx.x % n1] ^ (acc == 0x9E3779B9u ? 1u : 0u);
+  if (threadIdx.x == 0) out2[blockIdx.x] = out1[blockIdx.x % n1] ^ (acc == kNeverProduced ? 1u : 0u);
 }
 
 struct GridBarrier {
@@ -119,7 +122,7 @@ __global__ void __launch_bounds__(kThreads, 4) k_one(const int* ids, const char*
   const unsigned long long off = routed_offset(ids);
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
   const unsigned acc = read_stream(p + 16 * off, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride);
-  if (threadIdx.x == 0) out1[blockIdx.x] = acc == 0x9E3779B9u ? 1u : 0u;
+  if (threadIdx.x == 0) out1[blockIdx.x] = acc == kNeverProduced ? 1u : 0u;
   __syncthreads();
   if (threadIdx.x == 0) {
     unsigned gen;
@@ -147,8 +150,7 @@ __global__ void __launch_bounds__(kThreads, 4) k_one(const int* ids, const char*
 // as many instructions per run and lane as FC1's and FC2's loops issue (v16, v22). No activation or scale
 // loads. warp_first: the first run of the calling thread's warp; the loop is warp-uniform (MMAs need the
 // whole warp) and lanes past the end multiply zeros. x_piece: the activation pieces (bf16x2). Returns
-// read_stream's never-produced word only if the accumulators hit a value the data never gives, so
-// nothing is dropped.
+// kNeverProduced only if the accumulators hit a value the data never gives, so nothing is dropped.
 __device__ __forceinline__ unsigned decode_stream(const char* p, unsigned long long n16, unsigned long long warp_first,
                                                   unsigned long long stride, u32 x_piece) {
   const unsigned lane = threadIdx.x & 31;
@@ -179,7 +181,7 @@ __device__ __forceinline__ unsigned decode_stream(const char* p, unsigned long l
       }
     }
   }
-  return acc[0] + acc[2] == 1234.5f ? 0x9E3779B9u : 0u;
+  return acc[0] + acc[2] == 1234.5f ? kNeverProduced : 0u;
 }
 
 // slice+sum, slice/N and slice+alu, kernel 1: all bytes (read, or decoded and multiplied with kDecode),
@@ -196,7 +198,7 @@ __global__ void __launch_bounds__(kSliceThreads, kMinBlocks) k_slice(const int* 
   // The routing id (0) keeps the activation pieces, bf16x2 (1, 1), from being a compile-time constant.
   const unsigned acc = kDecode ? decode_stream(p + 16 * off, n16, first & ~31ull, stride, 0x3F803F80u ^ static_cast<u32>(off))
                                : read_stream(p + 16 * off, n16, first, stride);
-  const float v = acc == 0x9E3779B9u ? 1.f : 0.f;
+  const float v = acc == kNeverProduced ? 1.f : 0.f;
   for (int i = threadIdx.x; i < outputs; i += blockDim.x) partial[(size_t)blockIdx.x * outputs + i] = v + i;
 }
 
@@ -246,6 +248,13 @@ __global__ void __launch_bounds__(kSumWarps * 32) k_slice_sum_batched(const floa
     if (o < outputs) out[o] = total;
   }
 }
+
+// A batched sum's shape, named once: kWarps warps per CTA, each over at most kRows partial rows.
+template <int kWarps, int kRows>
+struct SumShape {
+  static constexpr int warps = kWarps, rows = kRows;
+  static constexpr auto kernel = k_slice_sum_batched<kWarps, kRows>;
+};
 
 struct Device {
   int sms = 0;
@@ -395,43 +404,41 @@ int main(int argc, char** argv) {
       k_slice<kThreads, 4><<<full, kThreads, 0, s>>>(ids, w, nall, partial, c.outputs);
       launch_ex(s, Launch::programmatic, (c.outputs + 31) / 32, kThreads, k_slice_sum, (const float*)partial, full, c.outputs, out);
     });
-    // The batched sum over rows = CTAs of kernel 1: 4 per SM at 512 threads (as slice+sum), 2 or 1 per SM at
-    // 1024 threads. The sum kernel's shape (warps x rows per warp) must cover the rows; sum_warps 0 times
-    // kernel 1 alone.
-    auto slice_batched = [&](int per_sm, auto sum_kernel, int sum_warps, int rows_per_warp) {
+    // FC2 cut at FC1's slices with the batched sum: kernel 1 at `per_sm` CTAs per SM (4 at 512 threads, as
+    // slice+sum; 2 or 1 at 1024), reading or (decode) decoding and multiplying its bytes, then the sum of
+    // its rows in `shape`, which must cover them; with_sum false times kernel 1 alone.
+    auto slice_batched = [&](int per_sm, auto shape, bool with_sum, bool decode) {
+      using Shape = decltype(shape);
       const int rows = per_sm * dev.sms;
-      if (sum_warps > 0 && sum_warps * rows_per_warp < rows) {
+      if (decode && per_sm != 1) {
+        std::fprintf(stderr, "the decoding kernel 1 runs one 1024-thread CTA per SM, asked for %d\n", per_sm);
+        std::exit(1);
+      }
+      if (with_sum && Shape::warps * Shape::rows < rows) {
         std::fprintf(stderr, "the batched sum covers %d x %d partial rows, fewer than the %d of %d per SM on %d SMs\n",
-                     sum_warps, rows_per_warp, rows, per_sm, dev.sms);
+                     Shape::warps, Shape::rows, rows, per_sm, dev.sms);
         std::exit(1);
       }
       return time_us(s, flush, flush16, sink, dev.sms, replays, [&] {
-        if (per_sm == 4) k_slice<512, 4><<<rows, 512, 0, s>>>(ids, w, nall, partial, c.outputs);
+        if (decode) k_slice<1024, 1, true><<<rows, 1024, 0, s>>>(ids, w, nall, partial, c.outputs);
+        else if (per_sm == 4) k_slice<512, 4><<<rows, 512, 0, s>>>(ids, w, nall, partial, c.outputs);
         else if (per_sm == 2) k_slice<1024, 2><<<rows, 1024, 0, s>>>(ids, w, nall, partial, c.outputs);
         else k_slice<1024, 1><<<rows, 1024, 0, s>>>(ids, w, nall, partial, c.outputs);
-        if (sum_warps > 0)
-          launch_ex(s, Launch::programmatic, (c.outputs + 31) / 32, sum_warps * 32, sum_kernel, (const float*)partial,
-                    rows, c.outputs, out);
+        if (with_sum)
+          launch_ex(s, Launch::programmatic, (c.outputs + 31) / 32, Shape::warps * 32, Shape::kernel,
+                    (const float*)partial, rows, c.outputs, out);
       });
     };
     // Shapes for up to 136-160 SMs: 4 rows per SM over 32 warps of 17, 2 over 16 of 17, 1 over 32 of 5, 8 of 17
-    // or 4 of 34.
-    const float t_b4 = slice_batched(4, k_slice_sum_batched<32, 17>, 32, 17),
-                t_b2 = slice_batched(2, k_slice_sum_batched<16, 17>, 16, 17),
-                t_b1 = slice_batched(1, k_slice_sum_batched<32, 5>, 32, 5),
-                t_b1w8 = slice_batched(1, k_slice_sum_batched<8, 17>, 8, 17),
-                t_b1w4 = slice_batched(1, k_slice_sum_batched<4, 34>, 4, 34),
-                t_k1 = slice_batched(1, k_slice_sum_batched<4, 34>, 0, 34);
-    // slice/1sm with the decode's arithmetic in kernel 1, with its sum and alone.
-    auto slice_alu = [&](bool with_sum) {
-      return time_us(s, flush, flush16, sink, dev.sms, replays, [&] {
-        k_slice<1024, 1, true><<<dev.sms, 1024, 0, s>>>(ids, w, nall, partial, c.outputs);
-        if (with_sum)
-          launch_ex(s, Launch::programmatic, (c.outputs + 31) / 32, 32 * 32, k_slice_sum_batched<32, 5>,
-                    (const float*)partial, dev.sms, c.outputs, out);
-      });
-    };
-    const float t_alu = slice_alu(true), t_alu_rows = slice_alu(false);
+    // or 4 of 34. slice+alu: one CTA per SM (decode takes 1024 threads, one per SM).
+    const float t_b4 = slice_batched(4, SumShape<32, 17>{}, true, false),
+                t_b2 = slice_batched(2, SumShape<16, 17>{}, true, false),
+                t_b1 = slice_batched(1, SumShape<32, 5>{}, true, false),
+                t_b1w8 = slice_batched(1, SumShape<8, 17>{}, true, false),
+                t_b1w4 = slice_batched(1, SumShape<4, 34>{}, true, false),
+                t_k1 = slice_batched(1, SumShape<32, 5>{}, false, false),
+                t_alu = slice_batched(1, SumShape<32, 5>{}, true, true),
+                t_alu_rows = slice_batched(1, SumShape<32, 5>{}, false, true);
     CHECK(cudaGetLastError());
     std::printf("%-32s %9.2f %9.1f %9.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f\n",
                 c.name.c_str(), (c.fc1 + c.fc2) / 1e6, t_read, t_ids, t_serial, t_overlap, t_one, t_slice, t_b4, t_b2,
