@@ -33,9 +33,7 @@
 //   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/layer_floor bench/probes/layer_floor.cu
 //   /tmp/layer_floor                 # gpt-oss-120b M = 1 and 2, Qwen3-30B-A3B M = 1 (the open rows)
 //   /tmp/layer_floor NAME FC1_BYTES FC2_BYTES OUTPUTS [REPLAYS]      (OUTPUTS = H x M)
-#include <cuda_runtime.h>
-
-#include "../../templates/read_stream.cuh"  // the bench read floor's own loop
+#include "probe_timing.cuh"
 #include "../../templates/fp4_decode.cuh"   // the decode family's FP4 decode and block scales
 
 #include <algorithm>
@@ -44,21 +42,10 @@
 #include <string>
 #include <vector>
 
-#define CHECK(x)                                                                          \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
 
 namespace {
+using namespace probe;
 
-constexpr int kThreads = 512;
-// A folded word the all-0x01 data never produces: results are stored only when they equal it, so the
-// loads behind them cannot be dropped and nothing is written in practice.
-constexpr unsigned kNeverProduced = 0x9E3779B9u;
 
 // The CTA's routing id, loaded by one thread and shared, as a decode CTA routes: the ids are 0 at run
 // time, but the read addresses depend on them, so no load of the weights can leave before they arrive.
@@ -69,14 +56,7 @@ __device__ __forceinline__ unsigned long long routed_offset(const int* ids) {
   return static_cast<unsigned long long>(id);
 }
 
-__device__ __forceinline__ void sink_if(unsigned acc, unsigned* sink) {
-  if (acc == kNeverProduced) *sink = acc;
-}
 
-__global__ void __launch_bounds__(kThreads, 4) k_read(const char* p, unsigned long long n16, unsigned* sink) {
-  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-  sink_if(read_stream(p, n16, (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x, stride), sink);
-}
 
 __global__ void __launch_bounds__(kThreads, 4) k_ids_read(const int* ids, const char* p, unsigned long long n16,
                                                        unsigned* sink) {
@@ -255,70 +235,6 @@ struct SumShape {
   static constexpr int warps = kWarps, rows = kRows;
   static constexpr auto kernel = k_slice_sum_batched<kWarps, kRows>;
 };
-
-struct Device {
-  int sms = 0;
-  size_t l2 = 0;
-};
-
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Times `body` as the bench times a forward: flush, start event, body, stop event, all in one graph.
-template <class Body>
-float time_us(cudaStream_t s, const char* flush, unsigned long long flush16, unsigned* sink, int sms, int replays,
-              Body&& body) {
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  cudaGraph_t g;
-  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  k_read<<<4 * sms, kThreads, 0, s>>>(flush, flush16, sink);
-  CHECK(cudaEventRecordWithFlags(a, s, cudaEventRecordExternal));
-  body();
-  CHECK(cudaEventRecordWithFlags(b, s, cudaEventRecordExternal));
-  CHECK(cudaStreamEndCapture(s, &g));
-  cudaGraphExec_t ge;
-  CHECK(cudaGraphInstantiate(&ge, g, 0));
-  std::vector<float> us;
-  for (int r = 0; r < replays + 1; ++r) {
-    CHECK(cudaGraphLaunch(ge, s));
-    CHECK(cudaStreamSynchronize(s));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    if (r > 0) us.push_back(ms * 1000.f);
-  }
-  CHECK(cudaGraphExecDestroy(ge));
-  CHECK(cudaGraphDestroy(g));
-  CHECK(cudaEventDestroy(a));
-  CHECK(cudaEventDestroy(b));
-  return median(us);
-}
-
-// Launches kernel k with one launch attribute: programmatic (a dependent of the previous kernel, PDL) or
-// cooperative (its grid co-resident).
-enum class Launch { programmatic, cooperative };
-
-template <class... Params, class... Args>
-void launch_ex(cudaStream_t s, Launch how, int blocks, int threads, void (*k)(Params...), Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(blocks);
-  cfg.blockDim = dim3(threads);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  if (how == Launch::programmatic) {
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-  } else {
-    attr[0].id = cudaLaunchAttributeCooperative;
-    attr[0].val.cooperative = 1;
-  }
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  CHECK(cudaLaunchKernelEx(&cfg, k, args...));
-}
 
 struct Case {
   std::string name;
