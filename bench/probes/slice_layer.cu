@@ -25,8 +25,9 @@
 // Forms timed (each checked against the reference, then timed with kernel 2, alone, and with no items):
 // FC1 through a register ring (depth 2, FC2's next weights in registers; depth 3, FC2's in shared memory),
 // FC1 and FC2 through cp.async with a whole item in flight, with either FC2 plane order; and two bounds of
-// the last form with wrong results on purpose: no MMA arithmetic, no cluster barrier waits. A traced run
-// prints each form's CTA start and end spread. Outcome (docs/PERFORMANCE.md v30): 45-50 us at two tokens,
+// the last form with wrong results on purpose: no MMA arithmetic, no cluster barrier waits; and a
+// warp-specialized form (k_slices_ws: FC1 warps and FC2 warps, mbarrier hand-over). A traced run prints
+// each form's CTA start and end spread. Outcome (docs/PERFORMANCE.md v30): 45-50 us at two tokens,
 // 28-32 us at one, against 34.1 and 23.6 us for the decode family; 37 us and 22.6 us with no arithmetic.
 //
 // Build and run on the GPU machine:
@@ -136,27 +137,18 @@ __host__ __device__ size_t fc2_run_index(int e, int slab, int q) {
   return kFc2ChunkMajor ? ((size_t)e * kC2 + q) * kS2 + slab : ((size_t)e * kS2 + slab) * kC2 + q;
 }
 
-// kBound (timing bounds only, wrong results): 1 skips the MMA arithmetic of FC1 and FC2 (the loads and
-// barriers stay), 2 skips the cluster barrier waits.
-template <int kM, int kDepth, bool kSmemFc2, bool kAsync = false, int kBound = 0, bool kFc2ChunkMajor = false>
-__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kCta, 1)
-    k_slices(Layer L, const int* topk_ids, const float* topk_w, const u16* x, float* partial, long long* trace,
-             int max_items) {
-  static_assert(kM >= 1 && kM <= kMaxM, "tokens");
-  __shared__ Route route;
-  __shared__ alignas(16) u16 xs[(kM + 1) * kH];   // x times 2^64, then a zero row
-  __shared__ alignas(16) u16 acts[(kM + 1) * 64]; // the item's activations times 2^64, then a zero row
-  __shared__ float parts[kPBufs][kSliceSlabs][kParts][2][16][kM];
-  pdl_launch_dependents();
-  extern __shared__ __align__(16) u8 dyn_smem[];
-  constexpr int kRing = kDepth + 1;
-  const u32 rank = cluster_rank(), peer = rank ^ 1u;
-  const int cluster = blockIdx.x / 2, clusters = gridDim.x / 2;
-  const int warp = threadIdx.x / 32, lane = lane_id(), g = lane / 4, c4 = lane % 4;
-
-  if (threadIdx.x == 0) {  // routing: distinct experts in increasing order, each token's weight per slot
-    int ids[kM * kTopK];
-    for (int q = 0; q < kM * kTopK; ++q) ids[q] = topk_ids[q];
+// Every thread calls it (it has barriers): the distinct experts in increasing order and each token's top-k
+// weight per slot. The ids and weights are loaded by one thread each, in one round trip.
+template <int kM>
+MOEJIT_DEVICE void route_tokens(const int* topk_ids, const float* topk_w, Route& route) {
+  __shared__ int ids[kM * kTopK];
+  __shared__ float wts[kM * kTopK];
+  if (threadIdx.x < kM * kTopK) {
+    ids[threadIdx.x] = topk_ids[threadIdx.x];
+    wts[threadIdx.x] = topk_w[threadIdx.x];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
     int n = 0;
     for (int q = 0; q < kM * kTopK; ++q) {
       bool seen = false;
@@ -173,27 +165,109 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kCta, 1)
       for (int m = 0; m < kM; ++m) {
         route.weight[j][m] = 0.f;
         for (int k = 0; k < kTopK; ++k)
-          if (ids[m * kTopK + k] == route.expert[j]) route.weight[j][m] = topk_w[m * kTopK + k];
+          if (ids[m * kTopK + k] == route.expert[j]) route.weight[j][m] = wts[m * kTopK + k];
       }
     route.slots = n;
   }
-  for (int i = threadIdx.x; i < (kM + 1) * kH; i += kCta)
-    xs[i] = i < kM * kH ? bf16x2_mul(x[i], kActScaleBf16x2) & 0xFFFFu : 0;
-  for (int i = threadIdx.x; i < 64; i += kCta) acts[kM * 64 + i] = 0;
-  __syncthreads();
-  const int items = route.slots * kC2;
-  // max_items < the pair's items: the structure's fixed cost (max_items = 0: routing, staging, the start
-  // barrier, zero partial rows).
-  const int my_items = min(max_items, cluster < items ? (items - cluster + clusters - 1) / clusters : 0);
-  auto item_at = [&](int k, int& e, int& q, int& slot) {
+}
+
+// x times 2^64 (exact) into shared memory, then a zero row (lanes of columns without a token read it).
+// Every 16-byte load is issued before the first is used: one round trip (an element loop that stores each
+// load before the next costs one per iteration, 4-6 us at two tokens).
+template <int kM>
+MOEJIT_DEVICE void stage_x(const u16* x, u16* xs) {
+  constexpr int kPieces = kM * kH / 8, kPerThread = (kPieces + kCta - 1) / kCta;
+  u32x4 v[kPerThread];
+#pragma unroll
+  for (int r = 0; r < kPerThread; ++r) {
+    const int i = threadIdx.x + r * kCta;
+    if (i < kPieces) v[r] = ld_stream_16(x + 8 * i);
+  }
+#pragma unroll
+  for (int r = 0; r < kPerThread; ++r) {
+    const int i = threadIdx.x + r * kCta;
+    if (i < kPieces)
+      *reinterpret_cast<u32x4*>(xs + 8 * i) =
+          u32x4{bf16x2_mul(v[r].x, kActScaleBf16x2), bf16x2_mul(v[r].y, kActScaleBf16x2),
+                bf16x2_mul(v[r].z, kActScaleBf16x2), bf16x2_mul(v[r].w, kActScaleBf16x2)};
+  }
+  for (int i = threadIdx.x; i < kH / 8; i += kCta) *reinterpret_cast<u32x4*>(xs + kM * kH + 8 * i) = u32x4{0u, 0u, 0u, 0u};
+}
+
+// The pair's items in their fixed order: cluster c takes items c, c + clusters, ... (item = slot * kC2 +
+// slice), at most max_items of them (fewer: the structure's fixed cost; 0: routing, staging, the start
+// barrier, zero partial rows).
+struct ItemDeal {
+  int cluster, clusters, count;
+  MOEJIT_DEVICE void at(const Route& route, int k, int& e, int& q, int& slot) const {
     const int it = cluster + k * clusters;
     slot = it / kC2;
     q = it % kC2;
     e = route.expert[slot];
-  };
+  }
+};
+MOEJIT_DEVICE ItemDeal deal_items(const Route& route, int max_items) {
+  const int cluster = blockIdx.x / 2, clusters = gridDim.x / 2, items = route.slots * kC2;
+  return ItemDeal{cluster, clusters, min(max_items, cluster < items ? (items - cluster + clusters - 1) / clusters : 0)};
+}
+// The MMA B-operand row a lane supplies: token g/2 in even columns (the family's 4-column form), else the
+// zero row kM.
+template <int kM>
+MOEJIT_DEVICE int token_of_lane(int g) { return (g % 2 == 0 && g / 2 < kM) ? g / 2 : kM; }
 
-  // This lane's B-operand row: token g/2 in even MMA columns (the family's 4-column form), else zeros.
-  const int m_lane = (g % 2 == 0 && g / 2 < kM) ? g / 2 : kM;
+// One FC2 step of a slab pair at the item's chunk: the pair's MMA results times the token's top-k weight tw
+// (this lane's column) added to the pair's sums.
+MOEJIT_DEVICE void fc2_pair_step(const u32x4 (&wv)[2], const u32x2 (&sv)[2], const u16* a_row, float tw,
+                                 float (&acc)[1][2][4]) {
+  float d[1][2][4];
+  zero_accumulators(d);
+  chunk_mma<false, 2, 1, 4, false>(wv, sv, 1, d, [&](int, int st) { return *reinterpret_cast<const u32x2*>(a_row + st * 16); });
+#pragma unroll
+  for (int sl = 0; sl < 2; ++sl) {
+    acc[0][sl][0] = fmaf(d[0][sl][0], tw, acc[0][sl][0]);
+    acc[0][sl][2] = fmaf(d[0][sl][2], tw, acc[0][sl][2]);
+  }
+}
+// The cluster's partial row, rows of slab pair pr of CTA rank's H half: token c4 in lanes c4 < kM.
+template <int kM>
+MOEJIT_DEVICE void store_pair_rows(float* partial, int cluster, u32 rank, int pr, const float (&acc)[1][2][4]) {
+  const int g = lane_id() / 4, c4 = lane_id() % 4;
+  if (c4 >= kM) return;
+#pragma unroll
+  for (int sl = 0; sl < 2; ++sl)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int hrow = (rank * kHalfSlabs + 2 * pr + sl) * 16 + g + 8 * h;
+      partial[((size_t)cluster * kH + hrow) * kM + c4] = acc[0][sl][2 * h];
+    }
+}
+
+// kBound (timing bounds only, wrong results): 1 skips the MMA arithmetic of FC1 and FC2 (the loads and
+// barriers stay), 2 skips the cluster barrier waits.
+template <int kM, int kDepth, bool kSmemFc2, bool kAsync = false, int kBound = 0, bool kFc2ChunkMajor = false>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kCta, 1)
+    k_slices(Layer L, const int* topk_ids, const float* topk_w, const u16* x, float* partial, long long* trace,
+             int max_items) {
+  static_assert(kM >= 1 && kM <= kMaxM, "tokens");
+  __shared__ Route route;
+  __shared__ alignas(16) u16 xs[(kM + 1) * kH];   // x times 2^64, then a zero row
+  __shared__ alignas(16) u16 acts[(kM + 1) * 64]; // the item's activations times 2^64, then a zero row
+  __shared__ float parts[kPBufs][kSliceSlabs][kParts][2][16][kM];
+  pdl_launch_dependents();
+  extern __shared__ __align__(16) u8 dyn_smem[];
+  constexpr int kRing = kDepth + 1;
+  const u32 rank = cluster_rank(), peer = rank ^ 1u;
+  const int cluster = blockIdx.x / 2;
+  const int warp = threadIdx.x / 32, lane = lane_id(), g = lane / 4, c4 = lane % 4;
+
+  stage_x<kM>(x, xs);  // its loads go out beside the routing's
+  for (int i = threadIdx.x; i < 64; i += kCta) acts[kM * 64 + i] = 0;
+  route_tokens<kM>(topk_ids, topk_w, route);
+  __syncthreads();
+  const ItemDeal deal = deal_items(route, max_items);
+  const int my_items = deal.count;
+  auto item_at = [&](int k, int& e, int& q, int& slot) { deal.at(route, k, e, q, slot); };
+  const int m_lane = token_of_lane<kM>(g);
   const u16* x_row = xs + m_lane * kH + 4 * c4;
   const u16* a_row = acts + m_lane * 64 + 4 * c4;
 
@@ -360,16 +434,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kCta, 1)
           wv[sl] = kSmemFc2 ? f2_sw[f2_at(p, sl)] : f2_w[kSmemFc2 ? 0 : p][sl];
           sv[sl] = kSmemFc2 ? u32x2{f2_ss[f2_at(p, sl)], 0u} : f2_s[kSmemFc2 ? 0 : p][sl];
         }
-        float d[1][2][4];
-        zero_accumulators(d);
-        chunk_mma<false, 2, 1, 4, false>(wv, sv, 1, d, [&](int, int st) {
-          return *reinterpret_cast<const u32x2*>(a_row + st * 16);
-        });
-#pragma unroll
-        for (int sl = 0; sl < 2; ++sl) {
-          acc2[p][0][sl][0] = fmaf(d[0][sl][0], tw, acc2[p][0][sl][0]);
-          acc2[p][0][sl][2] = fmaf(d[0][sl][2], tw, acc2[p][0][sl][2]);
-        }
+        fc2_pair_step(wv, sv, a_row, tw, acc2[p]);
       }
     }
   };
@@ -486,21 +551,235 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kCta, 1)
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
     trace[blockIdx.x * kTraceStamps + kTraceStamps - 1] = now;
   }
-  // One partial row per cluster: rows of this CTA's H half, token c4 in lanes c4 < kM.
-  if (c4 < kM) {
+  // One partial row per cluster.
 #pragma unroll
-    for (int p = 0; p < kFc2Steps; ++p) {
-      const int pr = warp + p * kWarps;
-      if (pr < kPairsPerCta) {
+  for (int p = 0; p < kFc2Steps; ++p)
+    if (warp + p * kWarps < kPairsPerCta) store_pair_rows<kM>(partial, cluster, rank, warp + p * kWarps, acc2[p]);
+}
+
+// ---- The warp-specialized form: FC1 warps stream, FC2 warps consume ----
+//
+// The forms above run FC1 and FC2 in the same warps, so each warp's FC2 phase and the barrier before it
+// leave its own loads idle. Here 8 warps of each CTA only compute FC1 (2 per slab of the slice, a quarter of
+// the slab's K over the pair each) and 8 only compute FC2 (up to 6 slab pairs each, sums in registers
+// across items). Each role streams its bytes through its own per-warp cp.async ring in shared memory
+// (8 steps in flight), across item boundaries. The hand-over goes through mbarriers at cluster scope
+// instead of CTA-wide barriers: FC1 warps store their partial sums into both CTAs' buffer k % 3 and arrive
+// on both CTAs' full[k % 3]; FC2 warps wait on their own full[k % 3], compute the slice's activations (8
+// warps, one named barrier), and arrive on both CTAs' empty[k % 3], which FC1 warps wait for before they
+// reuse the buffer three items later. Routing and x staging take one round trip.
+constexpr int kWsSlots = 8;                             // ring slots (steps in flight) per warp, both roles
+constexpr int kWsRuns = kWarps * kWsSlots * 2 * 32;     // 16-byte runs, then a scale word each
+constexpr int kWsSmemBytes = kWsRuns * 16 + kWsRuns * 4;
+
+MOEJIT_DEVICE u32 smem_u32(const void* p) { return static_cast<u32>(__cvta_generic_to_shared(p)); }
+MOEJIT_DEVICE void mbar_init(u64* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+// Arrives on barrier `bar` (same offset) of CTA `rank` of the cluster, releasing this thread's prior writes
+// (and those ordered before them) at cluster scope.
+MOEJIT_DEVICE void mbar_arrive_at(u64* bar, u32 rank) {
+  u32 remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_u32(bar)), "r"(rank));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+MOEJIT_DEVICE void mbar_wait(u64* bar, u32 parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n WAIT_%=:\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra WAIT_%=;\n}" ::"r"(smem_u32(bar)), "r"(parity) : "memory");
+}
+
+// kWsF1Warps of the 16 warps compute FC1 (a multiple of 4: whole slabs), the others FC2.
+template <int kM, int kWsF1Warps>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kCta, 1)
+    k_slices_ws(Layer L, const int* topk_ids, const float* topk_w, const u16* x, float* partial, long long* trace,
+                int max_items) {
+  constexpr int kWsF2Warps = kWarps - kWsF1Warps;
+  constexpr int kWsParts = 2 * kWsF1Warps / kSliceSlabs;  // FC1 parts per slab over the pair
+  constexpr int kWsF2Pairs = (kPairsPerCta + kWsF2Warps - 1) / kWsF2Warps;
+  static_assert(kWsF1Warps % kSliceSlabs == 0 && kM * 64 <= kWsF2Warps * 32, "whole slabs; one activation per FC2 thread");
+  __shared__ Route route;
+  __shared__ alignas(16) u16 xs[(kM + 1) * kH];
+  __shared__ alignas(16) u16 acts[2][(kM + 1) * 64];  // double-buffered by item; row kM is zeros
+  __shared__ float parts[kPBufs][kSliceSlabs][kWsParts][2][16][kM];
+  __shared__ alignas(8) u64 full[kPBufs], empty[kPBufs];
+  extern __shared__ __align__(16) u8 dyn_smem[];
+  pdl_launch_dependents();
+  const u32 rank = cluster_rank(), peer = rank ^ 1u;
+  const int cluster = blockIdx.x / 2;
+  const int warp = threadIdx.x / 32, lane = lane_id(), g = lane / 4, c4 = lane % 4;
+  if (trace != nullptr && threadIdx.x == 0) {
+    long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    trace[blockIdx.x * kTraceStamps + kTraceStamps - 2] = now;
+  }
+  stage_x<kM>(x, xs);
+  for (int i = threadIdx.x; i < 2 * 64; i += kCta) acts[i / 64][kM * 64 + i % 64] = 0;
+  if (threadIdx.x == 0) {
+    for (int b = 0; b < kPBufs; ++b) {
+      mbar_init(&full[b], 2 * kWsF1Warps);
+      mbar_init(&empty[b], 2 * kWsF2Warps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  route_tokens<kM>(topk_ids, topk_w, route);
+  // Both CTAs' barriers initialized and routed before any remote access.
+  cluster_arrive();
+  cluster_wait();
+  const ItemDeal deal = deal_items(route, max_items);
+  const int my_items = deal.count;
+  auto item_at = [&](int k, int& e, int& q, int& slot) { deal.at(route, k, e, q, slot); };
+  const int m_lane = token_of_lane<kM>(g);
+  u32x4* const ring_w = reinterpret_cast<u32x4*>(dyn_smem) + warp * kWsSlots * 2 * 32;
+  u32* const ring_s = reinterpret_cast<u32*>(dyn_smem + kWsRuns * 16) + warp * kWsSlots * 2 * 32;
+  auto ring_read = [&](int i, u32x4 (&wv)[2], u32x2 (&sv)[2]) {
+    const int slot = i % kWsSlots;
 #pragma unroll
-        for (int sl = 0; sl < 2; ++sl)
+    for (int m = 0; m < 2; ++m) {
+      wv[m] = ring_w[(slot * 2 + m) * 32 + lane];
+      sv[m] = u32x2{ring_s[(slot * 2 + m) * 32 + lane], 0u};
+    }
+  };
+
+  if (warp < kWsF1Warps) {
+    // FC1: slab s, part lp of this CTA's chunks of s (parity (s + rank) & 1), every fourth chunk.
+    const int s = warp % kSliceSlabs, lp = warp / kSliceSlabs, gp = rank * (kWsF1Warps / kSliceSlabs) + lp;
+    const int ch0 = ((s + rank) & 1) + 2 * lp;
+    constexpr int kStride = 2 * (kWsF1Warps / kSliceSlabs);
+    const int n1 = (kC1 - 1 - ch0) / kStride + 1;
+    const int total = my_items * n1;
+    auto issue = [&](int i) {
+      if (i < total) {
+        int e, q, slot;
+        item_at(i / n1, e, q, slot);
+        const size_t run = (((size_t)e * kS1 + q * kSliceSlabs + s) * kC1 + ch0 + (i % n1) * kStride) * 2;
+        const int at = i % kWsSlots;
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int hrow = (rank * kHalfSlabs + 2 * pr + sl) * 16 + g + 8 * h;
-            partial[((size_t)cluster * kH + hrow) * kM + c4] = acc2[p][0][sl][2 * h];
-          }
+        for (int m = 0; m < 2; ++m) {
+          cp_async_16(ring_w + (at * 2 + m) * 32 + lane, L.w1 + (run + m) * 32 + lane);
+          cp_async_4(ring_s + (at * 2 + m) * 32 + lane, L.s1 + (run + m) * 32 + g * 4);
+        }
+      }
+      cp_async_commit();
+    };
+    for (int i = 0; i < kWsSlots - 1; ++i) issue(i);
+    float acc[1][2][4];
+    zero_accumulators(acc);
+    const u16* x_row = xs + m_lane * kH + 4 * c4;
+    for (int i = 0, k = 0, j = 0; i < total; ++i) {
+      issue(i + kWsSlots - 1);
+      cp_async_wait<kWsSlots - 1>();
+      u32x4 wv[2];
+      u32x2 sv[2];
+      ring_read(i, wv, sv);
+      const int ch = ch0 + j * kStride;
+      chunk_mma<false, 2, 1, 4, false>(wv, sv, 1, acc, [&](int, int st) {
+        return *reinterpret_cast<const u32x2*>(x_row + ch * 64 + st * 16);
+      });
+      if (++j == n1) {  // item k done: its partial sums to both CTAs, then the hand-over
+        const int b = k % kPBufs;
+        if (k >= kPBufs) mbar_wait(&empty[b], (k / kPBufs - 1) & 1);
+        if (c4 < kM) {
+#pragma unroll
+          for (int mat = 0; mat < 2; ++mat)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              float* p = &parts[b][s][gp][mat][g + 8 * h][c4];
+              const float v = acc[0][mat][2 * h];
+              *p = v;
+              st_cluster(p, peer, v);
+            }
+        }
+        // Every lane's stores (local and remote) ordered before lane 0's release at cluster scope.
+        asm volatile("fence.acq_rel.cluster;" ::: "memory");
+        __syncwarp();
+        if (lane == 0) {
+          mbar_arrive_at(&full[b], rank);
+          mbar_arrive_at(&full[b], peer);
+        }
+        zero_accumulators(acc);
+        j = 0;
+        ++k;
       }
     }
+  } else {
+    // FC2: slab pairs pr = fw, fw + 8, ... of this CTA's H half; the item's chunk q.
+    const int fw = warp - kWsF1Warps, t = threadIdx.x - kWsF1Warps * 32;
+    const int n2 = (kPairsPerCta - 1 - fw) / kWsF2Warps + 1;
+    const int total = my_items * n2;
+    auto issue = [&](int i) {
+      if (i < total) {
+        int e, q, slot;
+        item_at(i / n2, e, q, slot);
+        const int slab = rank * kHalfSlabs + 2 * (fw + (i % n2) * kWsF2Warps);
+        const int at = i % kWsSlots;
+#pragma unroll
+        for (int sl = 0; sl < 2; ++sl) {
+          const size_t run = fc2_run_index<false>(e, slab + sl, q);
+          cp_async_16(ring_w + (at * 2 + sl) * 32 + lane, L.w2 + run * 32 + lane);
+          cp_async_4(ring_s + (at * 2 + sl) * 32 + lane, L.s2 + run * 32 + g * 4);
+        }
+      }
+      cp_async_commit();
+    };
+    for (int i = 0; i < kWsSlots - 1; ++i) issue(i);
+    float acc2[kWsF2Pairs][1][2][4];
+#pragma unroll
+    for (int p = 0; p < kWsF2Pairs; ++p) zero_accumulators(acc2[p]);
+    for (int k = 0; k < my_items; ++k) {
+      int e, q, slot;
+      item_at(k, e, q, slot);
+      const int b = k % kPBufs;
+      float bias_g = 0.f, bias_u = 0.f;
+      if (t < kM * 64) {
+        bias_g = L.b13[((size_t)e * 2) * kI + q * 64 + t % 64];
+        bias_u = L.b13[((size_t)e * 2 + 1) * kI + q * 64 + t % 64];
+      }
+      mbar_wait(&full[b], (k / kPBufs) & 1);
+      if (t < kM * 64) {
+        const int m = t / 64, row = t % 64, sl = row / 16, r = row % 16;
+        float gate = 0.f, up = 0.f;
+#pragma unroll
+        for (int part = 0; part < kWsParts; ++part) {
+          gate += parts[b][sl][part][0][r][m];
+          up += parts[b][sl][part][1][r][m];
+        }
+        gate = gate * kAccScale + bias_g;
+        up = up * kAccScale + bias_u;
+        const float a = route.weight[slot][m] != 0.f ? apply_activation<kActSwigluOai, true>(gate, up, kAlpha, kBeta, kLimit) : 0.f;
+        acts[k % 2][m * 64 + row] = f32_to_bf16(a * kActScale);
+      }
+      asm volatile("bar.sync 1, %0;" ::"n"(kWsF2Warps * 32) : "memory");  // the FC2 warps only
+      if (lane == 0) {
+        mbar_arrive_at(&empty[b], rank);
+        mbar_arrive_at(&empty[b], peer);
+      }
+      const float tw = c4 < kM ? route.weight[slot][c4] : 0.f;
+      const u16* a_row = acts[k % 2] + m_lane * 64 + 4 * c4;
+#pragma unroll
+      for (int p = 0; p < kWsF2Pairs; ++p) {
+        if (p < n2) {
+          const int i = k * n2 + p;
+          issue(i + kWsSlots - 1);
+          cp_async_wait<kWsSlots - 1>();
+          u32x4 wv[2];
+          u32x2 sv[2];
+          ring_read(i, wv, sv);
+          fc2_pair_step(wv, sv, a_row, tw, acc2[p]);
+        }
+      }
+    }
+#pragma unroll
+    for (int p = 0; p < kWsF2Pairs; ++p)
+      if (p < n2) store_pair_rows<kM>(partial, cluster, rank, fw + p * kWsF2Warps, acc2[p]);
+  }
+  // No CTA leaves while its peer may still store into it or arrive on its barriers.
+  cluster_arrive();
+  cluster_wait();
+  if (trace != nullptr && threadIdx.x == 0) {
+    long long now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    trace[blockIdx.x * kTraceStamps + kTraceStamps - 1] = now;
   }
 }
 
@@ -742,17 +1021,11 @@ int main(int argc, char** argv) {
     std::printf("M=%d: %zu distinct experts, %.1f MB of weights and scales, a read of as many bytes %.1f us\n", kM,
                 experts.size(), bytes / 1e6, t_read);
     bool ok = true;
-    auto variant = [&](auto depth_tag, auto smem_tag, auto async_tag, auto bound_tag, auto major_tag) {
-      constexpr bool kMajor = decltype(major_tag)::value;
-      const std::vector<double>& ref = refs[kMajor ? 1 : 0];
-      constexpr int kDepth = decltype(depth_tag)::value;
-      constexpr bool kSmemFc2 = decltype(smem_tag)::value;
-      constexpr bool kAsync = decltype(async_tag)::value;
-      constexpr int kBound = decltype(bound_tag)::value;
-      const int dyn = (kSmemFc2 ? kFc2SmemBytes : 0) + (kAsync ? kFc1SmemBytes : 0);
-      CHECK(cudaFuncSetAttribute(k_slices<kM, kDepth, kSmemFc2, kAsync, kBound, kMajor>, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn));
+    // Checks kernel 1 (launch_k1(trace, max_items)) + the sum against ref, then times the layer, kernel 1
+    // alone, one traced forward and kernel 1 with no items. bound: wrong results by design (not checked).
+    auto measure = [&](const std::string& label, bool bound, const std::vector<double>& ref, auto launch_k1) {
       auto forward = [&] {
-        k_slices<kM, kDepth, kSmemFc2, kAsync, kBound, kMajor><<<2 * clusters, kCta, dyn, st>>>(layer, b.ids, b.tw, b.x, b.partial, nullptr, 1 << 30);
+        launch_k1(nullptr, 1 << 30);
         launch_ex(st, Launch::programmatic, (kH * kM + 31) / 32, kSumWarps * 32, k_sum<kM>, (const float*)b.partial,
                   clusters, (const int*)b.ids, (const float*)b.tw, (const float*)b.b2, b.out);
       };
@@ -769,24 +1042,21 @@ int main(int argc, char** argv) {
         worst = std::isnan(got[i]) ? INFINITY : std::max(worst, std::fabs(got[i] - ref[i]));
       }
       const bool good = worst <= 1e-2 * scale;
-      if (kBound == 0) ok &= good;
+      if (!bound) ok &= good;
       const float t_layer = time_us(st, flush, flush16, sink, dev.sms, replays, forward);
-      const float t_k1 = time_us(st, flush, flush16, sink, dev.sms, replays, [&] {
-        k_slices<kM, kDepth, kSmemFc2, kAsync, kBound, kMajor><<<2 * clusters, kCta, dyn, st>>>(layer, b.ids, b.tw, b.x, b.partial, nullptr, 1 << 30);
-      });
+      const float t_k1 = time_us(st, flush, flush16, sink, dev.sms, replays, [&] { launch_k1(nullptr, 1 << 30); });
       // One traced forward: mean over CTAs of each phase (SM clocks at the clock rate of the run).
       long long* tr;
       CHECK(cudaMalloc(&tr, sizeof(long long) * 2 * clusters * kTraceStamps));
       CHECK(cudaMemset(tr, 0, sizeof(long long) * 2 * clusters * kTraceStamps));
       k_read<<<4 * dev.sms, kThreads, 0, st>>>(flush, flush16, sink);
-      k_slices<kM, kDepth, kSmemFc2, kAsync, kBound, kMajor><<<2 * clusters, kCta, dyn, st>>>(layer, b.ids, b.tw, b.x, b.partial, tr, 1 << 30);
+      launch_k1(tr, 1 << 30);
       CHECK(cudaStreamSynchronize(st));
       std::vector<long long> h((size_t)2 * clusters * kTraceStamps);
       CHECK(cudaMemcpy(h.data(), tr, sizeof(long long) * h.size(), cudaMemcpyDeviceToHost));
       CHECK(cudaFree(tr));
       int clock_khz = 0;
       CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
-      std::printf("  trace (us from the CTA's start, mean / max over the CTAs with the most items): start sync, fc1(0), then per item k: fc1(k+1), wait(k), act(k), fc2(k); end\n  ");
       auto stamps = [&](int c) {
         int n = 0;
         while (n < kTraceStamps - 2 && h[(size_t)c * kTraceStamps + n] != 0) ++n;
@@ -794,6 +1064,9 @@ int main(int argc, char** argv) {
       };
       int most = 0;
       for (int c = 0; c < 2 * clusters; ++c) most = std::max(most, stamps(c));
+      if (most > 1)
+        std::printf("  trace (us from the CTA's start, mean / max over the CTAs with the most items): start sync, fc1(0), "
+                    "then per item k: fc1(k+1), wait(k), act(k), fc2(k); end\n  ");
       for (int i = 1; i < most; ++i) {
         double sum = 0, mx = 0;
         int n = 0;
@@ -807,7 +1080,7 @@ int main(int argc, char** argv) {
         }
         if (n) std::printf("%.2f/%.2f ", sum / n, mx);
       }
-      std::printf("\n");
+      if (most > 1) std::printf("\n");
       std::vector<double> starts, ends;
       for (int c = 0; c < 2 * clusters; ++c) {
         starts.push_back((double)h[(size_t)c * kTraceStamps + kTraceStamps - 2]);
@@ -821,16 +1094,39 @@ int main(int argc, char** argv) {
       std::printf("  CTA starts (us after the first): median %.2f, 90th %.2f, last %.2f; ends: first %.2f, median %.2f, last %.2f\n",
                   starts[starts.size() / 2], starts[starts.size() * 9 / 10], starts.back(), ends.front(), ends[ends.size() / 2],
                   ends.back());
-      if (kBound) std::printf("  bound (wrong results by design): %s\n", kBound == 1 ? "no MMA arithmetic" : "no cluster barrier waits");
-      if (kMajor) std::printf("  FC2 plane chunk-major (an item's FC2 bytes contiguous)\n");
-      const float t_empty = time_us(st, flush, flush16, sink, dev.sms, replays, [&] {
-        k_slices<kM, kDepth, kSmemFc2, kAsync, kBound, kMajor><<<2 * clusters, kCta, dyn, st>>>(layer, b.ids, b.tw, b.x, b.partial, nullptr, 0);
-      });
+      const float t_empty = time_us(st, flush, flush16, sink, dev.sms, replays, [&] { launch_k1(nullptr, 0); });
       std::printf("  kernel 1 with no items (routing, staging, start barrier, zero rows): %.1f us\n", t_empty);
-      std::printf("M=%d %s, FC2 weights in %s: max |out - fp64| %.3g of max |out| %.3g (%s); layer %.1f us, kernel 1 alone %.1f us\n",
-                  kM, kAsync ? "FC1 through shared memory (a whole item in flight)" : ("FC1 register ring depth " + std::to_string(kDepth)).c_str(),
-                  kSmemFc2 ? "shared memory" : "registers", worst, scale, good ? "ok" : "MISMATCH", t_layer, t_k1);
+      std::printf("M=%d %s: max |out - fp64| %.3g of max |out| %.3g (%s); layer %.1f us, kernel 1 alone %.1f us\n", kM,
+                  label.c_str(), worst, scale, bound ? "bound, wrong by design" : good ? "ok" : "MISMATCH", t_layer, t_k1);
     };
+    auto variant = [&](auto depth_tag, auto smem_tag, auto async_tag, auto bound_tag, auto major_tag) {
+      constexpr bool kMajor = decltype(major_tag)::value;
+      constexpr int kDepth = decltype(depth_tag)::value;
+      constexpr bool kSmemFc2 = decltype(smem_tag)::value;
+      constexpr bool kAsync = decltype(async_tag)::value;
+      constexpr int kBound = decltype(bound_tag)::value;
+      auto kernel = k_slices<kM, kDepth, kSmemFc2, kAsync, kBound, kMajor>;
+      const int dyn = (kSmemFc2 ? kFc2SmemBytes : 0) + (kAsync ? kFc1SmemBytes : 0);
+      CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn));
+      std::string label = kAsync ? "FC1 through shared memory (a whole item in flight)" : "FC1 register ring depth " + std::to_string(kDepth);
+      label += kSmemFc2 ? ", FC2 weights in shared memory" : ", FC2 weights in registers";
+      if (kMajor) label += ", FC2 plane chunk-major";
+      if (kBound) label += kBound == 1 ? ", bound: no MMA arithmetic" : ", bound: no cluster barrier waits";
+      measure(label, kBound != 0, refs[kMajor ? 1 : 0], [&](long long* trace, int max_items) {
+        kernel<<<2 * clusters, kCta, dyn, st>>>(layer, b.ids, b.tw, b.x, b.partial, trace, max_items);
+      });
+    };
+    auto warp_specialized = [&](auto f1_tag) {
+      constexpr int kF1 = decltype(f1_tag)::value;
+      CHECK(cudaFuncSetAttribute(k_slices_ws<kM, kF1>, cudaFuncAttributeMaxDynamicSharedMemorySize, kWsSmemBytes));
+      measure("warp-specialized (" + std::to_string(kF1) + " FC1 warps, " + std::to_string(kWarps - kF1) +
+                  " FC2 warps, mbarrier hand-over)",
+              false, refs[0], [&](long long* trace, int max_items) {
+                k_slices_ws<kM, kF1><<<2 * clusters, kCta, kWsSmemBytes, st>>>(layer, b.ids, b.tw, b.x, b.partial, trace, max_items);
+              });
+    };
+    warp_specialized(std::integral_constant<int, 8>{});
+    warp_specialized(std::integral_constant<int, 12>{});
     using I0 = std::integral_constant<int, 0>;
     using F = std::false_type;
     using T = std::true_type;
