@@ -215,6 +215,26 @@ MOEJIT_DEVICE ItemDeal deal_items(const Route& route, int max_items) {
 template <int kM>
 MOEJIT_DEVICE int token_of_lane(int g) { return (g % 2 == 0 && g / 2 < kM) ? g / 2 : kM; }
 
+// One FC1 step: gate and up runs of chunk ch against the staged x pieces of this lane's token row.
+MOEJIT_DEVICE void fc1_step(const u32x4 (&wv)[2], const u32x2 (&sv)[2], const u16* x_row, int ch, float (&acc)[1][2][4]) {
+  chunk_mma<false, 2, 1, 4, false>(wv, sv, 1, acc, [&](int, int st) { return *reinterpret_cast<const u32x2*>(x_row + ch * 64 + st * 16); });
+}
+// A warp's FC1 partial sums of its slab (gate and up, rows g and g + 8, token c4 in lanes c4 < kM) into this
+// CTA's part buffer and the same buffer of CTA `peer`.
+template <int kM>
+MOEJIT_DEVICE void store_fc1_part(float (&part)[2][16][kM], const float (&acc)[1][2][4], u32 peer) {
+  const int g = lane_id() / 4, c4 = lane_id() % 4;
+  if (c4 >= kM) return;
+#pragma unroll
+  for (int mat = 0; mat < 2; ++mat)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float* p = &part[mat][g + 8 * h][c4];
+      const float v = acc[0][mat][2 * h];
+      *p = v;
+      st_cluster(p, peer, v);
+    }
+}
 // One FC2 step of a slab pair at the item's chunk: the pair's MMA results times the token's top-k weight tw
 // (this lane's column) added to the pair's sums.
 MOEJIT_DEVICE void fc2_pair_step(const u32x4 (&wv)[2], const u32x2 (&sv)[2], const u16* a_row, float tw,
@@ -311,22 +331,10 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kCta, 1)
       fc1_load(j + kDepth, (j + kDepth) % kRing);
       if (j < n1) {
         const int ch = ch0 + j * kChStep;
-        chunk_mma<false, 2, 1, 4, false>(ring_w[j % kRing], ring_s[j % kRing], 1, acc, [&](int, int st) {
-          return *reinterpret_cast<const u32x2*>(x_row + ch * 64 + st * 16);
-        });
+        fc1_step(ring_w[j % kRing], ring_s[j % kRing], x_row, ch, acc);
       }
     }
-    if (c4 < kM) {
-#pragma unroll
-      for (int mat = 0; mat < 2; ++mat)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float* p = &parts[k % kPBufs][s][gp][mat][g + 8 * h][c4];
-          const float v = acc[0][mat][2 * h];
-          *p = v;
-          st_cluster(p, peer, v);
-        }
-    }
+    store_fc1_part<kM>(parts[k % kPBufs][s][gp], acc, peer);
   };
 
   // kAsync: FC1 step j of item k into this warp's slot j (nothing past the items or the warp's steps), one group.
@@ -362,24 +370,12 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kCta, 1)
           wv[mat] = f1_sw[(j * 2 + mat) * 32 + lane];
           sv[mat] = u32x2{f1_ss[(j * 2 + mat) * 32 + lane], 0u};
         }
-        chunk_mma<false, 2, 1, 4, false>(wv, sv, 1, acc, [&](int, int st) {
-          return *reinterpret_cast<const u32x2*>(x_row + ch * 64 + st * 16);
-        });
+        fc1_step(wv, sv, x_row, ch, acc);
       }
       fc1_issue(k + 1, j);
     }
     if (wait_first && kBound != 2) cluster_wait();
-    if (k < my_items && c4 < kM) {
-#pragma unroll
-      for (int mat = 0; mat < 2; ++mat)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float* p = &parts[k % kPBufs][s][gp][mat][g + 8 * h][c4];
-          const float v = acc[0][mat][2 * h];
-          *p = v;
-          st_cluster(p, peer, v);
-        }
-    }
+    if (k < my_items) store_fc1_part<kM>(parts[k % kPBufs][s][gp], acc, peer);
   };
 
   // FC2: this warp's slab pairs pr = warp, warp + 16, ... of the CTA's H half, at the item's chunk q.
@@ -673,23 +669,11 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kCta, 1)
       u32x2 sv[2];
       ring_read(i, wv, sv);
       const int ch = ch0 + j * kStride;
-      chunk_mma<false, 2, 1, 4, false>(wv, sv, 1, acc, [&](int, int st) {
-        return *reinterpret_cast<const u32x2*>(x_row + ch * 64 + st * 16);
-      });
+      fc1_step(wv, sv, x_row, ch, acc);
       if (++j == n1) {  // item k done: its partial sums to both CTAs, then the hand-over
         const int b = k % kPBufs;
         if (k >= kPBufs) mbar_wait(&empty[b], (k / kPBufs - 1) & 1);
-        if (c4 < kM) {
-#pragma unroll
-          for (int mat = 0; mat < 2; ++mat)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              float* p = &parts[b][s][gp][mat][g + 8 * h][c4];
-              const float v = acc[0][mat][2 * h];
-              *p = v;
-              st_cluster(p, peer, v);
-            }
-        }
+        store_fc1_part<kM>(parts[b][s][gp], acc, peer);
         // Every lane's stores (local and remote) ordered before lane 0's release at cluster scope.
         asm volatile("fence.acq_rel.cluster;" ::: "memory");
         __syncwarp();
