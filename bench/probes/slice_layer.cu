@@ -27,8 +27,8 @@
 // FC1 and FC2 through cp.async with a whole item in flight, with either FC2 plane order; and two bounds of
 // the last form with wrong results on purpose: no MMA arithmetic, no cluster barrier waits; and a
 // warp-specialized form (k_slices_ws: FC1 warps and FC2 warps, mbarrier hand-over). A traced run prints
-// each form's CTA start and end spread. Outcome (docs/PERFORMANCE.md v30): 45-50 us at two tokens,
-// 28-32 us at one, against 34.1 and 23.6 us for the decode family; 37 us and 22.6 us with no arithmetic.
+// each form's CTA start and end spread. Outcome (docs/PERFORMANCE.md v30): 48-51 us at two tokens,
+// 30-33 us at one, against 34.1 and 23.6 us for the decode family; 37-40 and 22-23 us with no arithmetic.
 //
 // Build and run on the GPU machine:
 //   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/slice_layer bench/probes/slice_layer.cu && /tmp/slice_layer [REPLAYS]
@@ -172,8 +172,7 @@ MOEJIT_DEVICE void route_tokens(const int* topk_ids, const float* topk_w, Route&
 }
 
 // x times 2^64 (exact) into shared memory, then a zero row (lanes of columns without a token read it).
-// Every 16-byte load is issued before the first is used: one round trip (an element loop that stores each
-// load before the next costs one per iteration, 4-6 us at two tokens).
+// Every 16-byte load is issued before the first is used: one round trip, not one per 512 elements.
 template <int kM>
 MOEJIT_DEVICE void stage_x(const u16* x, u16* xs) {
   constexpr int kPieces = kM * kH / 8, kPerThread = (kPieces + kCta - 1) / kCta;
