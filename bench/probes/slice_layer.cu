@@ -234,6 +234,31 @@ MOEJIT_DEVICE void store_fc1_part(float (&part)[2][16][kM], const float (&acc)[1
       st_cluster(p, peer, v);
     }
 }
+// The slice's FC1 output for thread t < 64 kM (row t % 64 of token t / 64): its gate and up rows' partial sums
+// added in part order, scaled, biased (bias_g / bias_u: the slice row's two biases, loaded early by the
+// caller) and activated, stored as bf16 times 2^64 (FC2's B operand as is); 0 when the slot's expert does
+// not serve the token (weight 0).
+template <int kM, int kParts>
+MOEJIT_DEVICE void store_activation(const float (&part)[kSliceSlabs][kParts][2][16][kM], int t, float bias_g,
+                                    float bias_u, float weight, u16* acts) {
+  const int m = t / 64, row = t % 64, sl = row / 16, r = row % 16;
+  float gate = 0.f, up = 0.f;
+#pragma unroll
+  for (int p = 0; p < kParts; ++p) {
+    gate += part[sl][p][0][r][m];
+    up += part[sl][p][1][r][m];
+  }
+  gate = gate * kAccScale + bias_g;
+  up = up * kAccScale + bias_u;
+  const float a = weight != 0.f ? apply_activation<kActSwigluOai, true>(gate, up, kAlpha, kBeta, kLimit) : 0.f;
+  acts[m * 64 + row] = f32_to_bf16(a * kActScale);
+}
+// FC1's biases of slice row t % 64 (gate, up) of expert e's slice q.
+MOEJIT_DEVICE void load_slice_biases(const float* b13, int e, int q, int t, float& bias_g, float& bias_u) {
+  const int irow = q * 64 + t % 64;
+  bias_g = b13[((size_t)e * 2) * kI + irow];
+  bias_u = b13[((size_t)e * 2 + 1) * kI + irow];
+}
 // One FC2 step of a slab pair at the item's chunk: the pair's MMA results times the token's top-k weight tw
 // (this lane's column) added to the pair's sums.
 MOEJIT_DEVICE void fc2_pair_step(const u32x4 (&wv)[2], const u32x2 (&sv)[2], const u16* a_row, float tw,
@@ -440,28 +465,13 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kCta, 1)
   auto bias_load = [&](int k) {
     int e, q, slot;
     item_at(k, e, q, slot);
-    if (threadIdx.x < kM * 64) {
-      const int irow = q * 64 + threadIdx.x % 64;
-      bias_g = L.b13[((size_t)e * 2) * kI + irow];
-      bias_u = L.b13[((size_t)e * 2 + 1) * kI + irow];
-    }
+    if (threadIdx.x < kM * 64) load_slice_biases(L.b13, e, q, threadIdx.x, bias_g, bias_u);
   };
   auto activations = [&](int k) {
     int e, q, slot;
     item_at(k, e, q, slot);
-    for (int t = threadIdx.x; t < kM * 64; t += kCta) {
-      const int m = t / 64, row = t % 64, sl = row / 16, r = row % 16;
-      float gate = 0.f, up = 0.f;
-#pragma unroll
-      for (int part = 0; part < kParts; ++part) {
-        gate += parts[k % kPBufs][sl][part][0][r][m];
-        up += parts[k % kPBufs][sl][part][1][r][m];
-      }
-      gate = gate * kAccScale + bias_g;
-      up = up * kAccScale + bias_u;
-      const float a = route.weight[slot][m] != 0.f ? apply_activation<kActSwigluOai, true>(gate, up, kAlpha, kBeta, kLimit) : 0.f;
-      acts[m * 64 + row] = f32_to_bf16(a * kActScale);
-    }
+    if (threadIdx.x < kM * 64)
+      store_activation<kM, kParts>(parts[k % kPBufs], threadIdx.x, bias_g, bias_u, route.weight[slot][threadIdx.x / 64], acts);
   };
 
   // Trace (optional): SM clock of warp 0 at each phase boundary, kTraceStamps per CTA.
@@ -714,24 +724,9 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kCta, 1)
       item_at(k, e, q, slot);
       const int b = k % kPBufs;
       float bias_g = 0.f, bias_u = 0.f;
-      if (t < kM * 64) {
-        bias_g = L.b13[((size_t)e * 2) * kI + q * 64 + t % 64];
-        bias_u = L.b13[((size_t)e * 2 + 1) * kI + q * 64 + t % 64];
-      }
+      if (t < kM * 64) load_slice_biases(L.b13, e, q, t, bias_g, bias_u);
       mbar_wait(&full[b], (k / kPBufs) & 1);
-      if (t < kM * 64) {
-        const int m = t / 64, row = t % 64, sl = row / 16, r = row % 16;
-        float gate = 0.f, up = 0.f;
-#pragma unroll
-        for (int part = 0; part < kWsParts; ++part) {
-          gate += parts[b][sl][part][0][r][m];
-          up += parts[b][sl][part][1][r][m];
-        }
-        gate = gate * kAccScale + bias_g;
-        up = up * kAccScale + bias_u;
-        const float a = route.weight[slot][m] != 0.f ? apply_activation<kActSwigluOai, true>(gate, up, kAlpha, kBeta, kLimit) : 0.f;
-        acts[k % 2][m * 64 + row] = f32_to_bf16(a * kActScale);
-      }
+      if (t < kM * 64) store_activation<kM, kWsParts>(parts[b], t, bias_g, bias_u, route.weight[slot][t / 64], acts[k % 2]);
       asm volatile("bar.sync 1, %0;" ::"n"(kWsF2Warps * 32) : "memory");  // the FC2 warps only
       if (lane == 0) {
         mbar_arrive_at(&empty[b], rank);
