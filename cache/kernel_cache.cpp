@@ -36,6 +36,13 @@ using detail::EntryRead;
 using detail::EntryStatus;
 using detail::FsError;
 
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return false;
+  return !(std::strcmp(v, "0") == 0 || strcasecmp(v, "false") == 0 || strcasecmp(v, "no") == 0 ||
+           strcasecmp(v, "off") == 0);
+}
+
 namespace {
 
 using Ptr = std::shared_ptr<const CachedKernel>;
@@ -43,13 +50,6 @@ using Ptr = std::shared_ptr<const CachedKernel>;
 // Temp directories live only between mkdtemp and rename (milliseconds); anything older is a leftover of
 // a crashed process. The margin keeps gc from pulling a directory out from under a slow publisher.
 constexpr auto kTempMaxAge = std::chrono::minutes(10);
-
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return false;
-  return !(std::strcmp(v, "0") == 0 || strcasecmp(v, "false") == 0 || strcasecmp(v, "no") == 0 ||
-           strcasecmp(v, "off") == 0);
-}
 
 // Prints `message` once per process for `topic`: a server that cannot write its cache says so once,
 // not once per kernel (nor once per KernelCache instance).

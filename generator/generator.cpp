@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "cache/sha256.hpp"
 #include "generator/embedded_files.hpp"
 #include "moejit/error.hpp"
 #include "moejit/planner.hpp"
@@ -361,15 +362,25 @@ std::vector<std::pair<std::string, std::string>> template_headers() {
 }
 
 std::string templates_digest() {
-  // FNV-1a 64 over names and contents; collisions only cost a spurious cache hit on a template edit,
-  // and the full source (which includes the key) is hashed separately with a strong hash.
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&](std::string_view s) {
-    for (unsigned char c : s) { h ^= c; h *= 1099511628211ull; }
-    h ^= 0xff; h *= 1099511628211ull;
-  };
-  for (const auto& f : detail::embedded_templates()) { mix(f.name); mix(f.content); }
-  return fmt::format("{:016x}", h);
+  // SHA-256, like the cache hash it feeds: a template edit must change every key's cache directory, and
+  // a collision would hand the driver a cubin built from other sources. Each name and content is
+  // preceded by its length so that no two template sets feed the same bytes. The embedded templates
+  // never change while the process runs, so the digest is computed once.
+  static const std::string digest = [] {
+    detail::Sha256 h;
+    auto feed = [&](std::string_view s) {
+      uint8_t len[8];
+      for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(s.size()) >> (8 * i));
+      h.update(len, sizeof(len));
+      h.update(s);
+    };
+    for (const auto& f : detail::embedded_templates()) {
+      feed(f.name);
+      feed(f.content);
+    }
+    return h.hex();
+  }();
+  return digest;
 }
 
 }  // namespace moejit

@@ -82,7 +82,7 @@ KernelKey KernelKey::parse(std::string_view s) {
   if (p.size() != 12)
     throw Error(fmt::format(
         "kernel key '{}' has {} fields; expected 12: "
-        "kind:arch:format:activation:precision:E<n>:H<n>:I<n>:w<n>n<n>d<n>o<n>:b<0|1>:l<0|1>:i<0|1>",
+        "kind:arch:format:activation:precision:E<n>:H<n>:I<n>:w<n>n<n>d<n>o<n>:b<0|1>:l<0|1>:i<0|1|2>",
         s, p.size()));
   KernelKey k;
   k.kind = parse_kernel_kind(p[0]);

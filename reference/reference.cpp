@@ -215,8 +215,14 @@ Agreement compare(const std::vector<float>& actual, const std::vector<double>& e
     // worst finite values instead so every way of writing the check fails.
     r.rel_l2 = std::numeric_limits<double>::infinity();
     r.max_abs = std::numeric_limits<double>::infinity();
+    r.max_scaled = std::numeric_limits<double>::infinity();
     r.cosine = -1.0;
     return r;
+  }
+  const double rms = actual.empty() ? 0.0 : std::sqrt(ref2 / static_cast<double>(actual.size()));
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const double d = std::fabs(actual[i] - expected[i]), scale = std::fabs(expected[i]) + rms;
+    r.max_scaled = std::max(r.max_scaled, scale > 0 ? d / scale : (d > 0 ? std::numeric_limits<double>::infinity() : 0.0));
   }
   r.rel_l2 = ref2 > 0 ? std::sqrt(diff2 / ref2) : (diff2 > 0 ? std::numeric_limits<double>::infinity() : 0.0);
   // Two all-zero vectors agree perfectly; one zero vector against a nonzero one does not.

@@ -34,4 +34,29 @@ CUcontext ensure_context(int device) {
   return ctx;
 }
 
+ScopedContext::ScopedContext(CUcontext ctx) {
+  const DriverApi& d = driver();
+  check(d.cuCtxGetCurrent(&saved_), "cuCtxGetCurrent");
+  if (saved_ == ctx) return;
+  check(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  switched_ = true;
+}
+
+ScopedContext::ScopedContext(CUcontext ctx, std::nothrow_t) noexcept {
+  const DriverApi& d = driver();  // loaded: ctx came from it
+  if (!report_cleanup(d.cuCtxGetCurrent(&saved_), "cuCtxGetCurrent")) return;
+  if (saved_ == ctx) return;
+  switched_ = report_cleanup(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+}
+
+void ScopedContext::restore() {
+  if (!switched_) return;
+  switched_ = false;
+  check(driver().cuCtxSetCurrent(saved_), "cuCtxSetCurrent(restoring the caller's context)");
+}
+
+ScopedContext::~ScopedContext() {
+  if (switched_) report_cleanup(driver().cuCtxSetCurrent(saved_), "cuCtxSetCurrent(restoring the caller's context)");
+}
+
 }  // namespace moejit::detail

@@ -41,7 +41,7 @@ class CapturedGraph {
   void launch(CUstream s) const;
 
  private:
-  static void abandon_capture(CUstream s);
+  static void abandon_capture(CUstream s) noexcept;
   void end_and_instantiate(CUstream s);  // destroys the graph again if instantiation fails
 
   CUgraph graph_ = nullptr;

@@ -42,7 +42,7 @@ void dump_trace_records([[maybe_unused]] const std::map<std::string, CUmodule>& 
 
 ModuleRegistry::~ModuleRegistry() {
   dump_trace_records(modules_);
-  for (auto& [k, m] : modules_) driver().cuModuleUnload(m);
+  for (auto& [k, m] : modules_) report_cleanup(driver().cuModuleUnload(m), "cuModuleUnload");
 }
 
 CUmodule ModuleRegistry::module_for(const KernelKey& key, CUstream stream) {

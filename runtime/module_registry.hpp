@@ -1,6 +1,8 @@
 #pragma once
 // Loaded modules of one runtime, keyed by kernel key. Modules stay loaded for the life of the runtime
-// (captured CUDA graphs may reference their functions). Thread-safe.
+// (captured CUDA graphs may reference their functions). Thread-safe. Loading and unloading use the
+// calling thread's current context: the owner makes the runtime's context current around every call
+// and around destruction.
 #include <cuda.h>
 
 #include <map>

@@ -3,7 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <mutex>
+#include <new>
 
 #include "moejit/error.hpp"
 #include "runtime/context.hpp"
@@ -25,7 +28,6 @@ struct Runtime::Impl {
   std::mutex prepare_mu;
 
   explicit Impl(RuntimeOptions o) : options(std::move(o)), cache(options.cache), modules(cache) {}
-  void make_current() const { check(driver().cuCtxSetCurrent(ctx), "cuCtxSetCurrent"); }
 };
 
 namespace {
@@ -41,6 +43,61 @@ const PreparedLayerImpl& impl_of(const PreparedLayer& layer) {
   auto* p = dynamic_cast<const PreparedLayerImpl*>(&layer);
   if (!p) throw Error("layer: not a layer prepared by moejit::Runtime::prepare");
   return *p;
+}
+
+// The repack kernel prepare launches (runtime/families/prepare_repack.cpp).
+KernelKey prepare_key(Arch arch) {
+  KernelKey key;
+  key.kind = KernelKind::prepare;
+  key.arch = arch;
+  return key.normalized();
+}
+
+// Runtime overrides of the activation parameters. The layer's kernels were generated for its spec: a
+// clamp exists only when the spec has a limit, and alpha/beta are read by swigluoai only, so an override
+// the kernels would ignore is a caller's mistake, reported rather than dropped.
+float swiglu_arg(const std::optional<float>& given, float layer_value, const char* name, const LayerSpec& spec) {
+  if (!given) return layer_value;
+  if (spec.activation != Activation::swigluoai)
+    throw Error(fmt::format("forward: {} is set but the layer's activation is {}; swiglu_alpha and swiglu_beta apply "
+                            "to swigluoai only",
+                            name, to_string(spec.activation)));
+  if (!std::isfinite(*given)) throw Error(fmt::format("forward: {} must be finite, got {}", name, *given));
+  return *given;
+}
+
+float limit_arg(const std::optional<float>& given, const LayerSpec& spec) {
+  if (!given) return spec.limit.value_or(0.f);
+  if (!spec.limit)
+    throw Error("forward: limit is set but the layer was prepared without a limit, so its kernels have no clamp "
+                "(prepare the layer with LayerSpec::limit set to use one)");
+  if (!std::isfinite(*given) || !(*given > 0))
+    throw Error(fmt::format("forward: limit must be finite and > 0, got {}", *given));
+  return *given;
+}
+
+void launch_plan(const ForwardContext& ctx) {
+  const Plan& plan = ctx.plan;
+  switch (plan.family) {
+    case Family::decode:
+    {
+      size_t next = 0;
+      if (plan.kernels.at(0).kind == KernelKind::route) launch_route(ctx, plan.kernels.at(next++));
+      if (plan.kernels.at(next).kind == KernelKind::decode_pipe)
+        launch_decode_pipe(ctx, plan.kernels.at(next));
+      else if (plan.launch == DecodeLaunch::cooperative)
+        launch_decode_fused(ctx, plan.kernels.at(next));
+      else
+        launch_decode(ctx, plan.kernels.at(next), plan.kernels.at(next + 1));
+      return;
+    }
+    case Family::batch:
+      launch_route(ctx, plan.kernels.at(0));
+      launch_batch(ctx, plan.kernels.at(1), plan.kernels.at(2));
+      return;
+    case Family::automatic: break;
+  }
+  throw Error("forward: the planner returned no family");
 }
 }  // namespace
 
@@ -63,7 +120,12 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(std::mov
   impl_->arch = arch_of(major, minor, impl_->name);
 }
 
-Runtime::~Runtime() = default;
+Runtime::~Runtime() {
+  // Unloading modules (and dumping trace records) needs the context they were loaded into.
+  if (!impl_) return;
+  ScopedContext in(impl_->ctx, std::nothrow);
+  impl_.reset();
+}
 
 int Runtime::device() const { return impl_->options.device; }
 int Runtime::sm_count() const { return impl_->sms; }
@@ -73,13 +135,15 @@ KernelCache& Runtime::cache() { return impl_->cache; }
 
 std::shared_ptr<PreparedLayer> Runtime::prepare(const DeviceLayerView& layer, StreamHandle stream) {
   std::lock_guard<std::mutex> lock(impl_->prepare_mu);
-  impl_->make_current();
-  return prepare_layer(impl_->modules, impl_->arch, layer, static_cast<CUstream>(stream));
+  ScopedContext in(impl_->ctx);
+  std::shared_ptr<PreparedLayer> prepared = prepare_layer(impl_->modules, impl_->arch, layer, static_cast<CUstream>(stream));
+  in.restore();
+  return prepared;
 }
 
 std::shared_ptr<PreparedLayer> Runtime::prepare(const HostLayer& layer) {
   layer.validate();
-  impl_->make_current();
+  ScopedContext in(impl_->ctx);
   // Upload the logical tensors as they are, then repack on the GPU like a device-resident layer.
   DeviceLayerView v;
   v.spec = layer.spec;
@@ -97,7 +161,9 @@ std::shared_ptr<PreparedLayer> Runtime::prepare(const HostLayer& layer) {
   v.w2_scale = up(layer.w2_scale);
   v.w2_global_scale = up(layer.w2_global_scale);
   v.w2_bias = up(layer.w2_bias);
-  return prepare(v, nullptr);
+  std::shared_ptr<PreparedLayer> prepared = prepare(v, nullptr);
+  in.restore();
+  return prepared;
 }
 
 size_t Runtime::workspace_size(const PreparedLayer& layer, int max_tokens) const {
@@ -110,15 +176,24 @@ Plan Runtime::plan(const PreparedLayer& layer, int tokens, Family force) const {
 }
 
 void Runtime::prewarm(const PreparedLayer& layer, int max_tokens, Family force) {
-  impl_->make_current();
-  for (const auto& key : keys_for_range(layer.spec(), impl_->arch, max_tokens, impl_->sms, force))
-    impl_->modules.preload(key);
+  // The repack kernel too, as `moejit prewarm` does, so that prewarm covers every kernel of the layer's
+  // spec; preparing the layer on this runtime has loaded it already, and then it is a lookup.
+  std::vector<KernelKey> keys = keys_for_range(layer.spec(), impl_->arch, max_tokens, impl_->sms, force);
+  const KernelKey prep = prepare_key(impl_->arch);
+  if (std::find(keys.begin(), keys.end(), prep) == keys.end()) keys.insert(keys.begin(), prep);
+  ScopedContext in(impl_->ctx);
+  for (const auto& key : keys) impl_->modules.preload(key);
+  in.restore();
 }
 
 void Runtime::forward(const PreparedLayer& layer_base, const ForwardArgs& a) {
   const PreparedLayerImpl& layer = impl_of(layer_base);
   const LayerSpec& spec = layer.spec();
   if (a.tokens < 0) throw Error(fmt::format("forward: tokens must be >= 0, got {}", a.tokens));
+  // Checked whatever M is: they are wrong for the layer, not for this step.
+  const float alpha = swiglu_arg(a.swiglu_alpha, spec.swiglu_alpha, "swiglu_alpha", spec);
+  const float beta = swiglu_arg(a.swiglu_beta, spec.swiglu_beta, "swiglu_beta", spec);
+  const float limit = limit_arg(a.limit, spec);
   if (a.tokens == 0) return;
   auto need = [](DevicePtr p, const char* name, int align) {
     if (!p) throw Error(fmt::format("forward: {} is null", name));
@@ -134,37 +209,11 @@ void Runtime::forward(const PreparedLayer& layer_base, const ForwardArgs& a) {
     throw Error(fmt::format("forward: workspace has {} bytes but {} tokens need {} (size it with workspace_size)",
                             a.workspace_bytes, a.tokens, ws.total));
   const Plan plan = make_plan(spec, impl_->arch, a.tokens, impl_->sms, a.force);
-  impl_->make_current();
-  ForwardContext ctx{layer,
-                     a,
-                     ws,
-                     plan,
-                     impl_->modules,
-                     static_cast<CUstream>(a.stream),
-                     a.swiglu_alpha.value_or(spec.swiglu_alpha),
-                     a.swiglu_beta.value_or(spec.swiglu_beta),
-                     a.limit ? *a.limit : spec.limit.value_or(0.f),
-                     impl_->sms};
-  switch (plan.family) {
-    case Family::decode:
-    {
-      size_t next = 0;
-      if (plan.kernels.at(0).kind == KernelKind::route) launch_route(ctx, plan.kernels.at(next++));
-      if (plan.kernels.at(next).kind == KernelKind::decode_pipe)
-        launch_decode_pipe(ctx, plan.kernels.at(next));
-      else if (plan.launch == DecodeLaunch::cooperative)
-        launch_decode_fused(ctx, plan.kernels.at(next));
-      else
-        launch_decode(ctx, plan.kernels.at(next), plan.kernels.at(next + 1));
-      return;
-    }
-    case Family::batch:
-      launch_route(ctx, plan.kernels.at(0));
-      launch_batch(ctx, plan.kernels.at(1), plan.kernels.at(2));
-      return;
-    case Family::automatic: break;
-  }
-  throw Error("forward: the planner returned no family");
+  const ForwardContext ctx{layer, a, ws, plan, impl_->modules, static_cast<CUstream>(a.stream), alpha, beta, limit,
+                           impl_->sms};
+  ScopedContext in(impl_->ctx);
+  launch_plan(ctx);
+  in.restore();
 }
 
 }  // namespace moejit

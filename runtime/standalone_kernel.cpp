@@ -10,13 +10,14 @@ StandaloneKernel::StandaloneKernel(const GeneratedSource& src, Arch arch) {
   check(driver().cuModuleLoadData(&module_, bin.binary.data()), "cuModuleLoadData");
   const CUresult r = driver().cuModuleGetFunction(&function_, module_, src.entry.c_str());
   if (r != CUDA_SUCCESS) {
-    driver().cuModuleUnload(module_);  // the destructor does not run for a throwing constructor
+    // The destructor does not run for a throwing constructor.
+    report_cleanup(driver().cuModuleUnload(module_), "cuModuleUnload");
     check(r, "cuModuleGetFunction");
   }
 }
 
 StandaloneKernel::~StandaloneKernel() {
-  if (module_) driver().cuModuleUnload(module_);
+  if (module_) report_cleanup(driver().cuModuleUnload(module_), "cuModuleUnload");
 }
 
 }  // namespace moejit::detail

@@ -65,8 +65,15 @@ TEST_CASE("cooperative launches are clamped to co-resident CTAs and their grid b
   for (unsigned b = 0; b < grid; ++b)
     for (uint32_t r = 1; r <= rounds; ++r) REQUIRE(seen[b * rounds + (r - 1)] == r * grid);
 
-  // A grid smaller than the limit is launched as asked.
+  // A grid smaller than the limit is launched as asked, and its barrier counts exactly its own CTAs
+  // (a barrier that only held at the full co-resident grid would fail here).
   counter.fill_bytes(0);
-  CHECK(launch_cooperative(f, 7, block, smem, rt.sm_count(), nullptr, &p) == 7u);
+  results.fill_bytes(0xFF);
+  const unsigned small = 7;
+  CHECK(launch_cooperative(f, small, block, smem, rt.sm_count(), nullptr, &p) == small);
   check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
+  seen = results.to_vector<uint32_t>(static_cast<size_t>(limit) * rounds);
+  for (unsigned b = 0; b < small; ++b)
+    for (uint32_t r = 1; r <= rounds; ++r) REQUIRE(seen[b * rounds + (r - 1)] == r * small);
+  for (size_t i = static_cast<size_t>(small) * rounds; i < seen.size(); ++i) REQUIRE(seen[i] == 0xFFFFFFFFu);
 }

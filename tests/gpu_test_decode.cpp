@@ -11,6 +11,7 @@
 #include "golden_dir.hpp"
 #include "gpu_support.hpp"
 #include "moejit/error.hpp"
+#include "moejit/planner.hpp"
 #include "moejit/safetensors.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/graph_capture.hpp"
@@ -154,6 +155,66 @@ TEST_CASE("every FC1 x FC2 variant for few pairs matches the reference", "[gpu][
           check_agreement(check_against_reference(host, *layer, m, ++seed), /*with_cosine=*/true);
         }
       }
+  }
+}
+
+TEST_CASE("every decode launch structure matches the reference", "[gpu][launch]") {
+  // MOEJIT_DECODE_LAUNCH: FC1 then FC2 as its programmatic dependent (pdl, the default), as two plain
+  // launches (the same kernels, so the same bits), or one cooperative launch with a grid barrier
+  // (decode_fused: FC1's tile for both phases on a grid clamped to co-resident CTAs, correct for any grid
+  // size). Token counts from one pair to the route kernel's range (M = 33 and 64 at top-4), a token whose
+  // two slots route to the same expert; then a gpt-oss-sized slab count, where the clamped grid walks
+  // several items per CTA in both phases.
+  const ScopedEnv guard{"MOEJIT_DECODE_LAUNCH"};
+  struct Case {
+    ScaleFormat format;
+    int experts, hidden, intermediate;
+    std::vector<int> tokens;
+  };
+  const Case cases[] = {{ScaleFormat::nvfp4, 16, 352, 480, {1, 2, 5, 16, 33, 64}},
+                        {ScaleFormat::mxfp4, 16, 352, 480, {1, 2, 5, 16, 33, 64}},
+                        {ScaleFormat::mxfp4, 8, 2880, 2880, {1, 4, 9}}};
+  uint64_t seed = 9600;
+  for (const Case& c : cases) {
+    LayerSpec spec = format_spec(c.format, c.experts, 4, c.hidden, c.intermediate);
+    HostLayer host = make_random_layer(spec, ++seed);
+    auto layer = runtime().prepare(host);
+    for (int m : c.tokens) {
+      HostInputs in = make_random_inputs(spec, m, ++seed, true);
+      if (m >= 2) in.topk_ids[4] = spec.expert_begin + 3, in.topk_ids[5] = spec.expert_begin + 3;
+      DeviceInputs d = upload_inputs(runtime(), *layer, in, m);
+      const ReferenceOutput ref = reference_forward(host, in);
+      std::vector<uint16_t> pdl_out;
+      for (const char* launch : {"pdl", "plain", "cooperative"}) {
+        INFO(fmt::format("{} H={} I={} M={} launch {}", to_string(c.format), c.hidden, c.intermediate, m, launch));
+        ::setenv("MOEJIT_DECODE_LAUNCH", launch, 1);
+        REQUIRE(to_string(runtime().plan(*layer, m, Family::decode).launch) == launch);
+        const auto out = run_decode(runtime(), *layer, d, m);
+        check_agreement(compare(to_float(out), ref.out_f64), /*with_cosine=*/true);
+        if (std::string(launch) == "pdl") pdl_out = out;
+        if (std::string(launch) == "plain") CHECK(out == pdl_out);
+        if (std::string(launch) == "cooperative") CHECK(run_decode(runtime(), *layer, d, m) == out);
+      }
+    }
+  }
+}
+
+TEST_CASE("decode family up to its token limit", "[gpu][decode][limit]") {
+  // The planner hands these token counts to the batch family by default, but decode serves up to
+  // kDecodeMaxTokens (forced here): passes over many pairs per slab, the route kernel's lists, the split
+  // FC2 with its combine. One more token is refused, not served wrongly.
+  uint64_t seed = 9700;
+  for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4}) {
+    LayerSpec spec = format_spec(f, 16, 4, 352, 480);
+    HostLayer host = make_random_layer(spec, ++seed);
+    auto layer = runtime().prepare(host);
+    for (int m : {65, 128, 191, kDecodeMaxTokens}) {
+      INFO(fmt::format("{} M={} plan: {}", to_string(f), m, runtime().plan(*layer, m, Family::decode).describe()));
+      check_agreement(check_against_reference(host, *layer, m, ++seed), /*with_cosine=*/true);
+    }
+    HostInputs in = make_random_inputs(spec, kDecodeMaxTokens + 1, ++seed, true);
+    DeviceInputs d = upload_inputs(runtime(), *layer, in, kDecodeMaxTokens + 1);
+    CHECK_THROWS_WITH(run_decode(runtime(), *layer, d, kDecodeMaxTokens + 1), Catch::Contains("at most"));
   }
 }
 
@@ -430,25 +491,42 @@ TEST_CASE("ids outside the local range contribute nothing; all-invalid rows are 
 }
 
 TEST_CASE("the tolerance catches wrong kernels", "[gpu][tolerance]") {
-  LayerSpec spec = small_spec(ScaleFormat::nvfp4, Activation::silu, false, false);
-  HostLayer host = make_random_layer(spec, 11);
-  HostInputs in = make_random_inputs(spec, 16, 12, false);
-  ReferenceOutput ref = reference_forward(host, in);
-  auto run = [&](const HostLayer& device_layer) {
-    auto layer = runtime().prepare(device_layer);
-    DeviceInputs d = upload_inputs(runtime(), *layer, in, in.tokens);
-    return compare(to_float(run_decode(runtime(), *layer, d, in.tokens)), ref.out_f64);
+  // The agreement checks pass the right layer and fail layers whose gate and up rows are exchanged or
+  // whose FC1 or FC2 block scales are moved by one block, in both formats and both families.
+  struct Variant {
+    ScaleFormat format;
+    Activation act;
   };
-  CHECK(run(host).rel_l2 < kRelL2Tolerance);
-  HostLayer swapped = host;  // gate and up exchanged
-  swapped.spec.gate_up_order = GateUpOrder::up_gate;
-  CHECK(run(swapped).rel_l2 > 10 * kRelL2Tolerance);
-  HostLayer shifted = host;  // every row's scales moved by one block
-  const int blocks = spec.hidden / scale_block(spec.format);
-  for (size_t r = 0; r < shifted.w13_scale.size() / blocks; ++r)
-    std::rotate(shifted.w13_scale.begin() + r * blocks, shifted.w13_scale.begin() + r * blocks + 1,
-                shifted.w13_scale.begin() + (r + 1) * blocks);
-  CHECK(run(shifted).rel_l2 > 10 * kRelL2Tolerance);
+  for (const Variant v : {Variant{ScaleFormat::nvfp4, Activation::silu}, Variant{ScaleFormat::mxfp4, Activation::swigluoai}})
+    for (const Family family : {Family::decode, Family::batch}) {
+      INFO(fmt::format("{} {} {}", to_string(v.format), to_string(v.act), family == Family::decode ? "decode" : "batch"));
+      const bool oai = v.act == Activation::swigluoai;
+      LayerSpec spec = small_spec(v.format, v.act, oai, oai);
+      HostLayer host = make_random_layer(spec, 11);
+      HostInputs in = make_random_inputs(spec, 16, 12, false);
+      ReferenceOutput ref = reference_forward(host, in);
+      auto run = [&](const HostLayer& device_layer) {
+        auto layer = runtime().prepare(device_layer);
+        DeviceInputs d = upload_inputs(runtime(), *layer, in, in.tokens);
+        return compare(to_float(run_poisoned(runtime(), *layer, d, in.tokens, family)), ref.out_f64);
+      };
+      const Agreement right = run(host);
+      check_agreement(right, /*with_cosine=*/true);
+      HostLayer swapped = host;  // gate and up rows read in the wrong order
+      swapped.spec.gate_up_order = oai ? GateUpOrder::gate_up : GateUpOrder::up_gate;
+      CHECK(run(swapped).rel_l2 > 10 * kRelL2Tolerance);
+      // Every row's scales moved by one block: FC1 (K = H) and FC2 (K = I).
+      auto rotate_rows = [](std::vector<uint8_t>& scales, int blocks) {
+        for (size_t r = 0; r < scales.size() / blocks; ++r)
+          std::rotate(scales.begin() + r * blocks, scales.begin() + r * blocks + 1, scales.begin() + (r + 1) * blocks);
+      };
+      HostLayer shifted1 = host;
+      rotate_rows(shifted1.w13_scale, spec.hidden / scale_block(spec.format));
+      CHECK(run(shifted1).rel_l2 > 10 * kRelL2Tolerance);
+      HostLayer shifted2 = host;
+      rotate_rows(shifted2.w2_scale, spec.intermediate / scale_block(spec.format));
+      CHECK(run(shifted2).rel_l2 > 10 * kRelL2Tolerance);
+    }
 }
 
 TEST_CASE("graph replay equals eager execution and runs are bit-identical", "[gpu][graph]") {
@@ -497,8 +575,10 @@ TEST_CASE("forwards alternating two inputs on one workspace reproduce their outp
     auto layer = rt.prepare(host);
     for (int m : {1, 2, 4, 8}) {
       INFO(fmt::format("{} M={}", to_string(f), m));
-      DeviceInputs a = upload_inputs(rt, *layer, make_random_inputs(spec, m, ++seed, true), m);
-      DeviceInputs b = upload_inputs(rt, *layer, make_random_inputs(spec, m, ++seed, true), m);
+      const HostInputs in_a = make_random_inputs(spec, m, ++seed, true);
+      const HostInputs in_b = make_random_inputs(spec, m, ++seed, true);
+      DeviceInputs a = upload_inputs(rt, *layer, in_a, m);
+      DeviceInputs b = upload_inputs(rt, *layer, in_b, m);
       auto run = [&](DeviceInputs& d) {
         d.out.fill_bytes(0xFF);
         ForwardArgs args = args_for(d, m);
@@ -509,6 +589,8 @@ TEST_CASE("forwards alternating two inputs on one workspace reproduce their outp
       };
       const auto first_a = run(a), first_b = run(b);
       REQUIRE(first_a != first_b);
+      check_agreement(compare(to_float(first_a), reference_forward(host, in_a).out_f64), /*with_cosine=*/true);
+      check_agreement(compare(to_float(first_b), reference_forward(host, in_b).out_f64), /*with_cosine=*/true);
       int mismatches = 0;
       for (int rep = 0; rep < 16; ++rep) {
         mismatches += run(a) != first_a;

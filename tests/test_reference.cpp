@@ -448,9 +448,20 @@ TEST_CASE("reference: argument errors and compare()", "[reference]") {
   CHECK(a.cosine == Approx(1.0));
   CHECK(a.max_abs == 0.0);
   CHECK(a.nonfinite == 0);
+  CHECK(a.max_scaled == 0.0);
   a = compare({1.0f, -2.0f, 3.5f}, ref);
   CHECK(a.max_abs == 0.5);
+  CHECK(a.max_scaled == Approx(0.5 / (3.0 + std::sqrt(14.0 / 3.0))));
   CHECK(a.rel_l2 == Approx(0.5 / std::sqrt(14.0)));
+  {
+    // One wrong element among many right ones: invisible in rel_l2, plain in max_scaled.
+    const std::vector<double> many(100000, 1.0);
+    std::vector<float> one_off(many.begin(), many.end());
+    one_off[12345] = 0.0f;
+    const Agreement b = compare(one_off, many);
+    CHECK(b.rel_l2 < 4e-3);
+    CHECK(b.max_scaled == Approx(0.5));
+  }
   a = compare({-1.0f, 2.0f, -3.0f}, ref);
   CHECK(a.cosine == Approx(-1.0));
   a = compare({NAN, -2.0f, INFINITY}, ref);
@@ -460,5 +471,8 @@ TEST_CASE("reference: argument errors and compare()", "[reference]") {
   CHECK(compare({0.0f, 0.0f}, {0.0, 0.0}).cosine == 1.0);
   CHECK(compare({0.0f, 0.0f}, {0.0, 0.0}).rel_l2 == 0.0);
   CHECK(compare({1.0f, 0.0f}, {0.0, 0.0}).rel_l2 == INFINITY);
+  CHECK(compare({1.0f, 0.0f}, {0.0, 0.0}).max_scaled == INFINITY);
+  CHECK(compare({0.0f, 0.0f}, {0.0, 0.0}).max_scaled == 0.0);
+  CHECK_FALSE(compare({NAN, 1.0f}, {1.0, 1.0}).max_scaled <= 1.0);
   CHECK_THROWS_AS(compare({1.0f}, ref), Error);
 }

@@ -114,9 +114,10 @@ int cmd_demo(int argc, char** argv) {
       "[--config NAME|PATH] [--jobs N] [--max-tokens N] [--replays N] [--seed N]",
       "the whole pipeline on one config",
       "With a GPU: prewarms the config's kernels in parallel processes, runs a random layer at M = 1, 4, 16, 64\n"
-      "and checks each against the fp64 CPU reference (rel_l2, cosine), then times M = 1, 2, 4, ..., 64 inside\n"
-      "CUDA graphs with a cold L2 (as `moejit bench`). Without a GPU: says why, prewarms the cache for sm_90a,\n"
-      "prints the plan for M = 1..64 and the cache contents. Exits 1 when a check or a compile fails.",
+      "and checks each against the fp64 CPU reference (rel_l2, cosine), then times M = 1, 2, 4, ... up to\n"
+      "--max-tokens (default 64) inside CUDA graphs with a cold L2 (as `moejit bench`). Without a GPU: says why,\n"
+      "prewarms the cache for sm_90a, prints the plan for M = 1 up to --max-tokens and the cache contents.\n"
+      "Exits 1 when a check or a compile fails.",
       {{"config", "NAME|PATH", "bundled config name or JSON file (default: " + default_config_name() + ")"},
        {"jobs", "N", "prewarm worker processes (default: number of CPUs)"},
        {"max-tokens", "N", "largest M (default 64)"},

@@ -31,7 +31,8 @@ bool executable(const std::string& p) {
   return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
 }
 
-// First of `names` found in PATH, then in $CUDA_HOME/bin, $CUDA_PATH/bin and /usr/local/cuda/bin.
+// First of `names` found in PATH, then in $MOEJIT_CUDA_ROOT/bin, $CUDA_HOME/bin, $CUDA_PATH/bin and
+// /usr/local/cuda/bin.
 std::string find_tool(const std::vector<std::string>& names, std::vector<std::string>* searched) {
   std::vector<std::string> dirs;
   if (const char* path = std::getenv("PATH")) {
@@ -40,7 +41,7 @@ std::string find_tool(const std::vector<std::string>& names, std::vector<std::st
     while (std::getline(ss, d, ':'))
       if (!d.empty()) dirs.push_back(d);
   }
-  for (const char* env : {"CUDA_HOME", "CUDA_PATH"})
+  for (const char* env : {"MOEJIT_CUDA_ROOT", "CUDA_HOME", "CUDA_PATH"})
     if (const char* v = std::getenv(env); v && *v) dirs.push_back(std::string(v) + "/bin");
   dirs.push_back("/usr/local/cuda/bin");
   for (const auto& n : names)
@@ -92,7 +93,8 @@ int emit_sass(const CachedKernel& k, bool report_loops) {
   if (tool.empty())
     throw Error(
         "--emit sass and --emit loops need cuobjdump or nvdisasm from the CUDA toolkit, and neither was found in PATH, "
-        "$CUDA_HOME/bin, $CUDA_PATH/bin or /usr/local/cuda/bin (install them or set CUDA_HOME); "
+        "$MOEJIT_CUDA_ROOT/bin, $CUDA_HOME/bin, $CUDA_PATH/bin or /usr/local/cuda/bin (install them or set "
+        "MOEJIT_CUDA_ROOT); "
         "--emit ptx and --emit resources work without them");
   auto [path, fd] = temporary_file(".cubin");
   size_t off = 0;

@@ -304,9 +304,10 @@ int cmd_prewarm(int argc, char** argv) {
   const int sms = sm_count_from_args(args);
   const LayerSpec local = cfg.local();
   const auto keys = prewarm_keys(local, arch, max_tokens, sms);
-  if (const char* nj = std::getenv("MOEJIT_NO_JIT"); nj && *nj && std::string(nj) != "0") {
+  if (env_flag("MOEJIT_NO_JIT")) {
     // Servers run with MOEJIT_NO_JIT=1 so that they never compile; prewarm is how their cache gets filled.
-    fmt::print(stderr, "moejit prewarm: note: ignoring MOEJIT_NO_JIT={} (prewarm compiles what is missing)\n", nj);
+    fmt::print(stderr, "moejit prewarm: note: ignoring MOEJIT_NO_JIT={} (prewarm compiles what is missing)\n",
+               std::getenv("MOEJIT_NO_JIT"));
     ::unsetenv("MOEJIT_NO_JIT");
   }
   fmt::print("prewarm {} ({}) for {}, M 1..{}: {} kernels, cache {}\n", cfg.name, describe_spec(local),

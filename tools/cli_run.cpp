@@ -67,7 +67,7 @@ int cmd_run(int argc, char** argv) {
           "topk_weights (F32 [M,K]); the output file gets out (BF16 [M,H]).\n"
           "--check also computes the fp64 CPU reference (DESIGN §1) and prints rel_l2 = ||gpu - ref|| / ||ref||,\n"
           "cosine and max_abs, where ref is the unrounded fp64 output. The check passes when rel_l2 <= {:g} and\n"
-          "every output is finite (the final bf16 rounding alone gives rel_l2 ~ 2e-3); otherwise run exits 1.\n"
+          "every output is finite (the final bf16 rounding alone gives rel_l2 ~ 1e-3); otherwise run exits 1.\n"
           "Needs a GPU.",
           kCheckRelL2),
       {{"layer", "PATH", "layer file (.safetensors)"},

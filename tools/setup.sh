@@ -7,7 +7,14 @@ for p in cmake g++ make libfmt-dev nlohmann-json3-dev catch2; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    if ! command -v sudo >/dev/null 2>&1; then
+      echo "error: installing ${need[*]} needs root, and sudo is not installed; run as root or install sudo" >&2
+      exit 1
+    fi
+    SUDO="sudo"
+  fi
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}"
 fi

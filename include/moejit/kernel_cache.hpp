@@ -25,6 +25,10 @@ namespace moejit {
 
 inline constexpr int kCacheSchemaVersion = 1;
 
+// True when environment variable `name` is set to anything other than empty, 0, false, no or off (any
+// case): how MOEJIT_NO_JIT is read.
+bool env_flag(const char* name);
+
 struct CacheOptions {
   std::string root;      // empty: $MOEJIT_CACHE_DIR, else $XDG_CACHE_HOME/moejit, else ~/.cache/moejit
   bool no_jit = false;   // also forced by MOEJIT_NO_JIT=1: a miss throws instead of compiling

@@ -25,6 +25,9 @@ struct Agreement {
   double rel_l2 = 0;       // ||a - b|| / ||b||
   double cosine = 0;       // cos(a, b)
   double max_abs = 0;      // max |a - b|
+  // max |a - b| / (|b| + rms(b)): the worst single element against its own size or, near zero, the
+  // output's typical size, so one wrong element stands out however many right ones surround it.
+  double max_scaled = 0;
   int64_t nonfinite = 0;   // count of non-finite values in a
 };
 Agreement compare(const std::vector<float>& actual, const std::vector<double>& expected);

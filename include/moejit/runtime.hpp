@@ -1,10 +1,21 @@
 #pragma once
 // The embeddable runtime (DESIGN §6): prepare a layer once, then call forward per step.
 //
-// Threading: a Runtime may be shared by threads; prepare/prewarm take an internal lock, forward does
-// not allocate, never synchronizes the host and is capturable into a CUDA graph (all kernels it needs
-// must be compiled first: prepare compiles nothing, prewarm or the first eager forward does; forward
-// during stream capture with a missing kernel throws instead of compiling).
+// Threading: a Runtime may be shared by threads. prepare calls run one at a time (an internal lock);
+// loading a kernel (prepare, prewarm, or forward's first use of it) holds the module registry's lock,
+// which forward also takes briefly to look up a loaded kernel. forward does not allocate, never
+// synchronizes the host and is capturable into a CUDA graph once the kernels it needs are loaded.
+//
+// Compiling: a kernel not yet in the on-disk cache is compiled where it is first needed. prepare needs
+// the architecture's weight-repack kernel; prewarm compiles (or loads) every kernel forward may use;
+// without prewarm the first eager forward at a given M does. forward during stream capture with a
+// missing kernel throws instead of compiling. A server that must never compile fills the cache with
+// `moejit prewarm` (which includes the repack kernel) and runs with MOEJIT_NO_JIT=1.
+//
+// Contexts: the constructor makes the device's primary context current on the constructing thread, so
+// that DeviceBuffers, streams and events the thread creates next belong to the device. prepare, prewarm, forward and the
+// destructor make it current for their own duration and give the calling thread back whatever context
+// it had, so an embedding thread that drives another device is left as it was.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -26,7 +37,7 @@ struct RuntimeOptions {
   CacheOptions cache;    // where cubins live
 };
 
-// Logical weights (DESIGN §3 layout) already in device memory; unused tensors are 0.
+// Logical weights (DESIGN §3 layout) already in device memory; tensors the spec does not use must be 0.
 struct DeviceLayerView {
   LayerSpec spec;
   DevicePtr w13 = 0, w13_scale = 0, w13_global_scale = 0, w13_bias = 0;
@@ -43,6 +54,9 @@ struct ForwardArgs {
   size_t workspace_bytes = 0;
   StreamHandle stream = nullptr;
   // Runtime activation parameters; unset: the layer's values (LayerSpec::swiglu_alpha/beta/limit).
+  // Set values must be finite, and the limit > 0. swiglu_alpha/beta apply to swigluoai layers only, and
+  // a limit only to a layer prepared with one (a layer without a limit has kernels without a clamp);
+  // setting a parameter the layer's kernels do not read is an error, not silently ignored.
   std::optional<float> swiglu_alpha, swiglu_beta, limit;
   Family force = Family::automatic;  // force a family (fails loudly if it cannot serve M)
 };
@@ -57,22 +71,26 @@ class PreparedLayer {
 
 class Runtime {
  public:
-  // Loads the driver, creates/retains the device's primary context. Throws moejit::Error when no
-  // driver or device is present.
+  // Loads the driver, retains the device's primary context and makes it current on the calling thread.
+  // Throws moejit::Error when no driver or device is present.
   explicit Runtime(RuntimeOptions options = {});
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  // Validates shapes (DESIGN §3) and repacks on the GPU. Throws moejit::Error naming the tensor.
+  // Validates shapes (DESIGN §3) and repacks on the GPU (compiling the repack kernel on a cache miss).
+  // Throws moejit::Error naming the tensor, also for a tensor the spec does not use (a bias without
+  // spec.has_bias, a global scale for mxfp4). Synchronizes the stream before returning.
   std::shared_ptr<PreparedLayer> prepare(const HostLayer& layer);
   std::shared_ptr<PreparedLayer> prepare(const DeviceLayerView& layer, StreamHandle stream = nullptr);
 
   // Workspace bytes forward needs for up to max_tokens tokens.
   size_t workspace_size(const PreparedLayer& layer, int max_tokens) const;
-  // Compiles (or loads) and module-loads every kernel forward may use for 1..max_tokens tokens.
+  // Compiles (or loads) and module-loads every kernel forward may use for 1..max_tokens tokens, and the
+  // architecture's repack kernel (as `moejit prewarm` does).
   void prewarm(const PreparedLayer& layer, int max_tokens, Family force = Family::automatic);
-  // Runs one layer. Throws moejit::Error on bad arguments (naming them) before launching anything.
+  // Runs one layer. Throws moejit::Error on bad arguments (naming them) before launching anything; the
+  // activation overrides are checked even when tokens is 0.
   void forward(const PreparedLayer& layer, const ForwardArgs& args);
 
   Plan plan(const PreparedLayer& layer, int tokens, Family force = Family::automatic) const;
@@ -87,7 +105,10 @@ class Runtime {
   std::unique_ptr<Impl> impl_;
 };
 
-// Plain device memory for tools and tests (owning, move-only). Uses the runtime's context.
+// Plain device memory for tools and tests (owning, move-only). Allocates in the calling thread's
+// current context (the one a Runtime's constructor made current), or in device 0's primary context,
+// made current, when the thread has none. Copies, fills and the free run in that same context,
+// whatever the calling thread has current at the time, and leave the thread's context as it was.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -120,6 +141,7 @@ class DeviceBuffer {
  private:
   DevicePtr ptr_ = 0;
   size_t bytes_ = 0;
+  void* ctx_ = nullptr;  // the CUcontext ptr_ was allocated in
 };
 
 // True when libcuda.so.1 loads and at least one device is present (never throws).

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <string_view>
 #include <vector>
 
 #include "moejit/error.hpp"
@@ -77,6 +78,21 @@ std::shared_ptr<PreparedLayerImpl> prepare_layer(ModuleRegistry& modules, Arch a
   if (spec.has_bias) {
     require(v.w13_bias, "w13_bias");
     require(v.w2_bias, "w2_bias");
+  }
+  // A tensor the spec does not use would be dropped, and the layer would compute something other than
+  // what the caller's checkpoint holds: refuse it (DESIGN §3), as HostLayer::validate does for host layers.
+  // relu2 layers keep W1 in the w13 fields, but messages call it w1.
+  const char* fc1 = is_gated(spec.activation) ? "w13" : "w1";
+  auto refuse = [&](DevicePtr p, std::string_view tensor, const char* why) {
+    if (p) throw Error(fmt::format("prepare: tensor {} is given (its pointer is not null), but {}", tensor, why));
+  };
+  if (!nv) {
+    refuse(v.w13_global_scale, fmt::format("{}_global_scale", fc1), "mxfp4 has no global scales");
+    refuse(v.w2_global_scale, "w2_global_scale", "mxfp4 has no global scales");
+  }
+  if (!spec.has_bias) {
+    refuse(v.w13_bias, fmt::format("{}_bias", fc1), "spec.has_bias is false");
+    refuse(v.w2_bias, "w2_bias", "spec.has_bias is false");
   }
   auto layer = std::make_shared<PreparedLayerImpl>();
   layer->layer_spec = spec;
