@@ -8,10 +8,33 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace moejit_test {
+
+// A private cache (and scratch) directory for a whole test binary, removed at exit: the CLI processes the
+// test starts inherit MOEJIT_CACHE_DIR pointing into it, and never MOEJIT_NO_JIT.
+struct Sandbox {
+  std::string dir;
+  Sandbox() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string t = std::string(tmp && *tmp ? tmp : "/tmp") + "/moejit-cli-test-XXXXXX";
+    std::vector<char> buf(t.begin(), t.end());
+    buf.push_back('\0');
+    if (!mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed");
+    dir = buf.data();
+    ::setenv("MOEJIT_CACHE_DIR", (dir + "/cache").c_str(), 1);
+    ::unsetenv("MOEJIT_NO_JIT");
+  }
+  ~Sandbox() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
 
 struct CliResult {
   int rc = -1;

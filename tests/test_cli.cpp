@@ -22,27 +22,8 @@ using namespace moejit;
 
 namespace {
 
-// A private cache (and scratch) directory for the whole test binary, removed at exit.
-struct Sandbox {
-  std::string dir;
-  Sandbox() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string t = std::string(tmp && *tmp ? tmp : "/tmp") + "/moejit-cli-test-XXXXXX";
-    std::vector<char> buf(t.begin(), t.end());
-    buf.push_back('\0');
-    if (!mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed");
-    dir = buf.data();
-    ::setenv("MOEJIT_CACHE_DIR", (dir + "/cache").c_str(), 1);
-    ::unsetenv("MOEJIT_NO_JIT");
-  }
-  ~Sandbox() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-};
-
-Sandbox& sandbox() {
-  static Sandbox s;
+moejit_test::Sandbox& sandbox() {
+  static moejit_test::Sandbox s;
   return s;
 }
 

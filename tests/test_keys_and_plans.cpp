@@ -420,7 +420,9 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
     INFO(q_loop.str());
     CHECK(q_loop.kind == KernelKind::decode_fc1_loop);
     CHECK(q_loop.min_blocks == 5);
-    CHECK(decode_register_cap(q_loop) == 102);
+    // The cap is the register file over the SM's threads, 65536 / (5 CTAs x 128 threads) = 102; ptxas
+    // allocates in steps of 8 below it, hence the 96 a thread gets.
+    CHECK(decode_register_cap(q_loop) == 65536 / (5 * 128));
     CHECK(generate_source(q_loop).source.find("#define MOEJIT_REGISTER_CAP 102\n") != std::string::npos);
   }
   CHECK(make_plan(qw, Arch::sm_90a, 8, 132).kernels[0].min_blocks == 6);

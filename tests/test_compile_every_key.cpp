@@ -1,0 +1,82 @@
+// NVRTC compiles every kernel key a layer can need (DESIGN §8), for sm_90a and sm_120a: every bundled
+// model config over the whole token range the planner serves (M = 1..kMaxTokens: decode, the route kernel,
+// the batch family and its warpgroup-MMA tiles, the repack kernel), plus layers no bundled config has
+// (gelu_tanh; silu with a clamp; up/gate row order; expert parallelism). Compiled through `moejit
+// prewarm`, the path operators use, with two worker processes into a private cache; the planner's own key
+// count is the expected one, so a key that fails to compile, or one the CLI would skip, fails the test.
+// test_compile_default.cpp checks the default config's kernels one by one (registers and spills).
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cli_process.hpp"
+#include "moejit/model_config.hpp"
+#include "moejit/planner.hpp"
+
+using namespace moejit;
+
+namespace {
+
+moejit_test::Sandbox& sandbox() {
+  static moejit_test::Sandbox s;
+  return s;
+}
+
+// Layers outside the bundled configs, as config files (activation, format, bias, clamp and row order
+// change the generated code; the geometry picks different tiles).
+struct ExtraConfig {
+  const char* name;
+  const char* json;
+};
+const ExtraConfig kExtraConfigs[] = {
+    {"gelu-tanh-mxfp4-bias",
+     R"({"name": "gelu-tanh-mxfp4-bias", "format": "mxfp4", "activation": "gelu_tanh", "experts": 32,
+         "hidden": 2048, "intermediate": 1024, "top_k": 4, "bias": true, "gate_up_order": "up_gate"})"},
+    {"silu-limit-nvfp4-ep",
+     R"({"name": "silu-limit-nvfp4-ep", "format": "nvfp4", "activation": "silu", "experts": 64,
+         "hidden": 4096, "intermediate": 1408, "top_k": 6, "swiglu_limit": 10.0, "ep": 4, "ep_rank": 1})"},
+};
+
+// Every key of a config's local layer for 1..kMaxTokens tokens, and the repack kernel.
+std::set<KernelKey> expected_keys(const ModelConfig& cfg, Arch arch) {
+  const std::vector<KernelKey> planned = keys_for_range(cfg.local(), arch, kMaxTokens, 132);
+  std::set<KernelKey> keys(planned.begin(), planned.end());
+  KernelKey prep;
+  prep.kind = KernelKind::prepare;
+  prep.arch = arch;
+  keys.insert(prep.normalized());
+  return keys;
+}
+
+void prewarm_everything(const std::string& config_arg, const ModelConfig& cfg) {
+  for (Arch arch : {Arch::sm_90a, Arch::sm_120a}) {
+    const size_t n = expected_keys(cfg, arch).size();
+    INFO(config_arg << " " << to_string(arch) << ": " << n << " keys");
+    const moejit_test::CliResult r = moejit_test::run_cli({"prewarm", "--config", config_arg, "--arch", std::string(to_string(arch)),
+                                                           "--max-tokens", std::to_string(kMaxTokens), "--sm-count", "132",
+                                                           "--jobs", "2", "--quiet"});
+    INFO(r.out);
+    CHECK(r.rc == 0);
+    CHECK_THAT(r.out, Catch::Contains(": " + std::to_string(n) + " kernels:"));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("every key of every bundled config compiles for sm_90a and sm_120a", "[compile][every]") {
+  (void)sandbox();
+  const std::vector<std::string> names = bundled_config_names();
+  REQUIRE(names.size() >= 6);
+  for (const std::string& name : names) prewarm_everything(name, load_model_config(name));
+}
+
+TEST_CASE("every key of layers no bundled config covers compiles for sm_90a and sm_120a", "[compile][every]") {
+  for (const ExtraConfig& c : kExtraConfigs) {
+    const std::string path = sandbox().dir + "/" + c.name + ".json";
+    std::ofstream(path) << c.json;
+    prewarm_everything(path, load_model_config(path));
+  }
+}
