@@ -197,10 +197,14 @@ struct KernelCache::State {
     const json inputs = detail::entry_hash_inputs(k, src);
     const std::string hash = detail::entry_hash(inputs);
     const std::string arch(to_string(k.arch));
+    // Why the disk had nothing usable when something was there: the warnings below may be quiet, and a
+    // no-JIT server's operator must learn from the error itself that the entry exists but was refused.
+    std::string rejected;
 
     if (!root.empty()) {
       if (auto why = untrusted_dirs(k.arch); !why.empty()) {
         degrade(why);  // never read from (or write to) directories other users control
+        rejected = fmt::format("the cache directories cannot be used ({}), so no entry is read from them", why);
       } else {
         const std::string dir = arch_dir(k.arch) + "/" + hash;
         EntryRead r = detail::read_entry(dir, hash, ks, arch);
@@ -219,12 +223,14 @@ struct KernelCache::State {
             break;
           case EntryStatus::damaged: {
             std::string dest = quarantine(dir, hash, r);
-            warn(fmt::format("damaged kernel cache entry {} for {} ({}){}; rebuilding", dir, ks, r.problem,
-                             dest.empty() ? std::string() : ", moved to " + dest),
+            const std::string moved = dest.empty() ? std::string() : ", moved to " + dest;
+            rejected = fmt::format("the cached entry {} was rejected as damaged ({}){}", dir, r.problem, moved);
+            warn(fmt::format("damaged kernel cache entry {} for {} ({}){}; rebuilding", dir, ks, r.problem, moved),
                  options.quiet);
             break;
           }
           case EntryStatus::untrusted:
+            rejected = fmt::format("the cached entry {} is not trusted ({})", dir, r.problem);
             warn_once("untrusted:" + dir,
                       fmt::format("kernel cache entry {} for {} is not trusted ({}); not loading it", dir, ks,
                                   r.problem),
@@ -235,10 +241,16 @@ struct KernelCache::State {
     }
     if (!allow_compile) return nullptr;
     if (no_jit) {
+      const std::string where = root.empty() ? std::string("<no cache directory>") : schema_dir;
+      const std::string what =
+          rejected.empty()
+              ? fmt::format("kernel {} is not in the kernel cache ({}, hash {}) and JIT compilation is disabled",
+                            ks, where, hash)
+              : fmt::format("kernel {} has no usable entry in the kernel cache ({}, hash {}): {}; JIT compilation "
+                            "is disabled, so it is not rebuilt",
+                            ks, where, hash, rejected);
       throw Error(fmt::format(
-          "kernel {} is not in the kernel cache ({}, hash {}) and JIT compilation is disabled (MOEJIT_NO_JIT); "
-          "prewarm the cache for this model and architecture first (`moejit prewarm`)",
-          ks, root.empty() ? std::string("<no cache directory>") : schema_dir, hash));
+          "{} (MOEJIT_NO_JIT); prewarm the cache for this model and architecture first (`moejit prewarm`)", what));
     }
     CompileOutput out = compile_source(src, k.arch);
     ++compiles;

@@ -4,6 +4,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <future>
 #include <utility>
 #include <vector>
 
@@ -41,14 +43,24 @@ void dump_trace_records([[maybe_unused]] const std::map<std::string, CUmodule>& 
 }  // namespace
 
 ModuleRegistry::~ModuleRegistry() {
+  // No load is in flight: the owner destroys the registry only after its last call returned.
   dump_trace_records(modules_);
   for (auto& [k, m] : modules_) report_cleanup(driver().cuModuleUnload(m), "cuModuleUnload");
 }
 
 CUmodule ModuleRegistry::module_for(const KernelKey& key, CUstream stream) {
   const std::string name = key.str();
-  auto it = modules_.find(name);
-  if (it != modules_.end()) return it->second;
+  std::shared_future<CUmodule> pending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = modules_.find(name); it != modules_.end()) return it->second;
+    if (auto it = loading_.find(name); it != loading_.end()) pending = it->second;
+  }
+  // Another thread is compiling or loading it: this call adds nothing to the stream while it waits, so
+  // it may wait even during a capture. get() rethrows that load's error.
+  if (pending.valid()) return pending.get();
+
+  // This call would compile or load itself. The check is a driver call, so it runs outside the lock.
   if (stream != nullptr) {
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     check(driver().cuStreamIsCapturing(stream, &status), "cuStreamIsCapturing");
@@ -58,28 +70,58 @@ CUmodule ModuleRegistry::module_for(const KernelKey& key, CUstream stream) {
           "modules during capture is not allowed: call Runtime::prewarm (or run once eagerly) before capturing",
           name));
   }
-  auto kernel = cache_.get(key);
+
+  std::promise<CUmodule> promise;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Another thread may have started (or finished) the same load since the first look.
+    if (auto it = modules_.find(name); it != modules_.end()) return it->second;
+    if (auto it = loading_.find(name); it != loading_.end())
+      pending = it->second;
+    else
+      loading_.emplace(name, promise.get_future().share());
+  }
+  if (pending.valid()) return pending.get();
+
+  // This thread owns the load. Compiling takes up to seconds: other keys' lookups and loads go on.
   CUmodule mod = nullptr;
-  check(driver().cuModuleLoadData(&mod, kernel->cubin.data()), "cuModuleLoadData");
-  modules_[name] = mod;
+  try {
+    auto kernel = cache_.get(key);
+    CUmodule loaded = nullptr;
+    check(driver().cuModuleLoadData(&loaded, kernel->cubin.data()), "cuModuleLoadData");
+    mod = loaded;
+    std::lock_guard<std::mutex> lock(mu_);
+    modules_.emplace(name, mod);
+    loading_.erase(name);
+  } catch (...) {
+    // A module that was loaded but could not be recorded would never be unloaded.
+    if (mod) report_cleanup(driver().cuModuleUnload(mod), "cuModuleUnload");
+    // Forgotten, so that a later call retries (after a prewarm, say); this attempt's waiters get its error.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      loading_.erase(name);
+    }
+    promise.set_exception(std::current_exception());
+    throw;
+  }
+  promise.set_value(mod);
   return mod;
 }
 
 CUfunction ModuleRegistry::function(const KernelKey& key, CUstream stream, const std::string& entry_suffix) {
-  std::lock_guard<std::mutex> lock(mu_);
   const std::string fname = key.entry_name() + entry_suffix;
-  auto it = functions_.find(fname);
-  if (it != functions_.end()) return it->second;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = functions_.find(fname); it != functions_.end()) return it->second;
+  }
   CUmodule mod = module_for(key, stream);
   CUfunction f = nullptr;
   check(driver().cuModuleGetFunction(&f, mod, fname.c_str()), "cuModuleGetFunction");
-  functions_[fname] = f;
-  return f;
+  std::lock_guard<std::mutex> lock(mu_);
+  // Two threads may both have looked it up: one module, so the same handle either way.
+  return functions_.emplace(fname, f).first->second;
 }
 
-void ModuleRegistry::preload(const KernelKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
-  module_for(key, nullptr);
-}
+void ModuleRegistry::preload(const KernelKey& key) { module_for(key, nullptr); }
 
 }  // namespace moejit::detail

@@ -1,7 +1,8 @@
 #pragma once
 // A kernel without a key: NVRTC-compiled from a GeneratedSource for one architecture, loaded into the
-// current context and unloaded with its owner; never cached. For measuring instruments and probes
-// (the bench's read floor, the grid-barrier test); the decode kernels go through ModuleRegistry.
+// current context and unloaded with its owner (in that same context, whichever is current by then);
+// never cached. For measuring instruments and probes (the bench's read floor, the grid-barrier test);
+// the decode kernels go through ModuleRegistry.
 #include <cuda.h>
 
 #include "moejit/generator.hpp"
@@ -21,6 +22,7 @@ class StandaloneKernel {
   CUfunction function() const { return function_; }
 
  private:
+  CUcontext context_ = nullptr;  // current at load: where the module lives and is unloaded
   CUmodule module_ = nullptr;
   CUfunction function_ = nullptr;
 };

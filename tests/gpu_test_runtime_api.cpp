@@ -1,6 +1,7 @@
 // The embedding contract of Runtime and DeviceBuffer around forward's kernels: the calling thread's
 // current context is left as it was, copies outside a buffer are refused without wrapping, runtime
-// activation overrides are checked against the layer, and prepare refuses tensors the spec does not use.
+// activation overrides are checked against the layer, prepare refuses tensors the spec does not use, and
+// forwards on several threads share their kernels' loads.
 #include <catch2/catch.hpp>
 #include <dlfcn.h>
 #include <fmt/format.h>
@@ -9,6 +10,8 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu_support.hpp"
@@ -253,5 +256,44 @@ TEST_CASE("prepare refuses biases and global scales the layer's spec does not ha
       bad.w2_global_scale = extra.ptr();
       CHECK_THROWS_WITH(rt.prepare(bad), Contains("w2_global_scale is given") && Contains("mxfp4"));
     }
+  }
+}
+
+TEST_CASE("forwards on several threads of a fresh runtime load their kernels concurrently and agree with a rerun",
+          "[gpu][api]") {
+  // Half the threads run each family, so several threads ask for one kernel at once while others load
+  // different ones: each load happens once, its waiters share it, and every output is the same bits as
+  // the same forward run again afterwards on one thread, with every kernel loaded.
+  runtime();  // the shared runtime's context is current, and stays so after this case
+  const RestoreRuntimeContext restore;
+  const LayerSpec spec = small_spec(ScaleFormat::mxfp4, Activation::swigluoai, true, true);
+  const HostLayer host = make_random_layer(spec, 7501);
+  const int m = 3;
+  const HostInputs in = make_random_inputs(spec, m, 7502, true);
+  Runtime fresh;  // its own module registry: only the repack kernel is loaded once the layer is prepared
+  auto layer = fresh.prepare(host);
+  constexpr int kThreads = 8;
+  auto family_of = [](int t) { return t % 2 ? Family::decode : Family::batch; };
+  std::vector<DeviceInputs> inputs;
+  for (int t = 0; t < kThreads; ++t) inputs.push_back(upload_inputs(fresh, *layer, in, m));
+  std::vector<std::vector<uint16_t>> outs(kThreads);
+  std::vector<std::string> errors(kThreads);
+  {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t)
+      threads.emplace_back([&, t] {
+        // Catch's assertions are not thread-safe: results and errors are checked after the join.
+        try {
+          outs[t] = run_poisoned(fresh, *layer, inputs[t], m, family_of(t));
+        } catch (const std::exception& e) {
+          errors[t] = e.what();
+        }
+      });
+    for (auto& th : threads) th.join();
+  }
+  for (int t = 0; t < kThreads; ++t) {
+    INFO(fmt::format("thread {} ({})", t, family_of(t) == Family::decode ? "decode" : "batch"));
+    CHECK(errors[t].empty());
+    CHECK(outs[t] == run_poisoned(fresh, *layer, inputs[t], m, family_of(t)));
   }
 }

@@ -150,10 +150,13 @@ std::string entry_dir(const KernelCache& c, const KernelKey& k) {
   return c.schema_dir() + "/" + std::string(to_string(k.arch)) + "/" + c.hash_of(k);
 }
 
+// Names in dir, which must exist: "no names" from a directory that is not there would make every
+// "nothing left behind" check pass whatever the cache did.
 std::vector<std::string> names_in(const std::string& dir) {
+  INFO("directory " << dir);
+  REQUIRE(fs::is_directory(dir));
   std::vector<std::string> v;
-  std::error_code ec;
-  for (auto& e : fs::directory_iterator(dir, ec)) v.push_back(e.path().filename().string());
+  for (auto& e : fs::directory_iterator(dir)) v.push_back(e.path().filename().string());
   std::sort(v.begin(), v.end());
   return v;
 }
@@ -279,11 +282,12 @@ TEST_CASE("damaged entries are quarantined and rebuilt, never loaded", "[cache]"
   TempRoot root;
   const KernelKey k = test_key();
   const KernelKey other = test_key(Arch::sm_90a, 512);
-  std::string dir, hash;
+  std::string dir, hash, schema;
   std::vector<char> good;
   {
     KernelCache seed(opts(root));
     auto a = seed.get(k);
+    schema = seed.schema_dir();
     dir = entry_dir(seed, k);
     hash = a->hash;
     good = a->cubin;
@@ -361,7 +365,7 @@ TEST_CASE("damaged entries are quarantined and rebuilt, never loaded", "[cache]"
     DYNAMIC_SECTION(name) {
       // Start every section from a good entry.
       fs::remove_all(dir);
-      fs::remove_all(root.path + "/v1/quarantine");
+      fs::remove_all(schema + "/quarantine");
       {
         KernelCache c(opts(root));
         c.get(k);
@@ -382,7 +386,7 @@ TEST_CASE("damaged entries are quarantined and rebuilt, never loaded", "[cache]"
       CHECK_FALSE(cache.degraded());
 
       // Set aside under quarantine/<hash>-<timestamp>.
-      const auto q = names_in(root.path + "/v1/quarantine");
+      const auto q = names_in(schema + "/quarantine");
       REQUIRE(q.size() == 1);
       CHECK(q[0].rfind(hash + "-", 0) == 0);
       // And replaced by a good entry that the next instance loads.
@@ -408,7 +412,7 @@ TEST_CASE("contains() quarantines a damaged entry and reports a miss", "[cache]"
   KernelCache cache(opts(root));
   CHECK_FALSE(cache.contains(k));
   CHECK(cache.compiles() == 0);
-  CHECK(names_in(root.path + "/v1/quarantine").size() == 1);
+  CHECK(names_in(cache.schema_dir() + "/quarantine").size() == 1);
   CHECK_FALSE(fs::exists(dir));
 }
 
@@ -496,8 +500,8 @@ TEST_CASE("a write failure mid-publish (full disk) degrades and leaves nothing b
   REQUIRE(::waitpid(pid, &status, 0) == pid);
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
-  CHECK(names_in(root.path + "/v1/tmp").empty());  // the partial temp entry was removed
   KernelCache cache(opts(root));
+  CHECK(names_in(cache.schema_dir() + "/tmp").empty());  // the partial temp entry was removed
   const auto entries = cache.list();
   REQUIRE(entries.size() == 1);  // only the entry from before
   CHECK(entries[0].valid);
@@ -526,7 +530,7 @@ TEST_CASE("entries that other users can write are not trusted", "[cache]") {
     CHECK(is_elf(r->cubin));
     CHECK(count(warnings, "not trusted") == 1);
     CHECK(fs::exists(dir + "/kernel.cubin"));  // left in place, not quarantined
-    CHECK_FALSE(fs::exists(root.path + "/v1/quarantine"));
+    CHECK_FALSE(fs::exists(cache.schema_dir() + "/quarantine"));
     const auto listed = cache.list();
     REQUIRE(listed.size() == 1);
     CHECK_FALSE(listed[0].valid);
@@ -597,8 +601,79 @@ TEST_CASE("MOEJIT_NO_JIT turns a miss into an error", "[cache]") {
   }
 }
 
+TEST_CASE("MOEJIT_NO_JIT says why an entry on disk was not used", "[cache]") {
+  // The caches here are quiet, as a server's may be: the error alone must tell the operator that the
+  // kernel was prewarmed but its entry refused, and why.
+  TempRoot root;
+  const KernelKey k = test_key();
+  std::string dir;
+  {
+    KernelCache prewarm(opts(root));
+    prewarm.get(k);
+    dir = entry_dir(prewarm, k);
+  }
+  EnvVar env("MOEJIT_NO_JIT", "1");
+  auto no_jit_error = [&](KernelCache& cache) -> std::string {
+    try {
+      cache.get(k);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    FAIL("expected moejit::Error");
+    return {};
+  };
+
+  SECTION("damaged entry") {
+    fs::resize_file(dir + "/kernel.cubin", 10);
+    KernelCache cache(opts(root));
+    const std::string msg = no_jit_error(cache);
+    INFO(msg);
+    CHECK(msg.find(k.str()) != std::string::npos);
+    CHECK(msg.find("rejected as damaged") != std::string::npos);
+    CHECK(msg.find("bytes, manifest says") != std::string::npos);  // the damage itself
+    CHECK(msg.find(dir) != std::string::npos);
+    CHECK(msg.find("moved to " + cache.schema_dir() + "/quarantine/") != std::string::npos);
+    CHECK(msg.find("MOEJIT_NO_JIT") != std::string::npos);
+    CHECK(msg.find("prewarm") != std::string::npos);
+    CHECK(msg.find("is not in the kernel cache") == std::string::npos);
+    CHECK(cache.compiles() == 0);
+    CHECK(names_in(cache.schema_dir() + "/quarantine").size() == 1);
+    // Set aside by the first call, so the next one finds a plain miss.
+    CHECK_THROWS_WITH(cache.get(k), Catch::Contains("is not in the kernel cache"));
+  }
+  SECTION("entry other users can write") {
+    ::chmod(dir.c_str(), 0770);
+    KernelCache cache(opts(root));
+    const std::string msg = no_jit_error(cache);
+    INFO(msg);
+    CHECK(msg.find("is not trusted") != std::string::npos);
+    CHECK(msg.find("writable by its group") != std::string::npos);
+    CHECK(msg.find(dir) != std::string::npos);
+    CHECK(msg.find("MOEJIT_NO_JIT") != std::string::npos);
+    CHECK(cache.compiles() == 0);
+    CHECK(fs::exists(dir + "/kernel.cubin"));  // left in place
+  }
+  SECTION("cache root other users can write (the cache degrades)") {
+    ::chmod(root.path.c_str(), 0770);
+    KernelCache cache(opts(root));
+    const std::string msg = no_jit_error(cache);
+    INFO(msg);
+    CHECK(cache.degraded());
+    CHECK(msg.find("cannot be used") != std::string::npos);
+    CHECK(msg.find(root.path + " is writable by its group") != std::string::npos);
+    CHECK(msg.find("MOEJIT_NO_JIT") != std::string::npos);
+    CHECK(cache.compiles() == 0);
+  }
+}
+
 TEST_CASE("a failed compile throws and is retried by the next get", "[cache]") {
   TempRoot root;
+  const KernelKey seeded = test_key(Arch::sm_120a);
+  {
+    // The cache directories exist, so that "nothing left in tmp" below looks at a real directory.
+    KernelCache c(opts(root));
+    c.get(seeded);
+  }
   CacheOptions o = opts(root);
   std::atomic<int> calls{0};
   o.source = [&calls](const KernelKey& k) {
@@ -612,8 +687,10 @@ TEST_CASE("a failed compile throws and is retried by the next get", "[cache]") {
   CHECK_THROWS_WITH(cache.get(k), Catch::Contains("NVRTC"));
   CHECK_THROWS_AS(cache.get(k), Error);
   CHECK(calls == 2);
-  CHECK(cache.list().empty());
-  CHECK(names_in(root.path + "/v1/tmp").empty());
+  const auto entries = cache.list();
+  REQUIRE(entries.size() == 1);  // only the seeded entry
+  CHECK(entries[0].manifest["key"] == seeded.str());
+  CHECK(names_in(cache.schema_dir() + "/tmp").empty());
 }
 
 TEST_CASE("concurrent get() of one key compiles once", "[cache]") {
@@ -687,8 +764,8 @@ TEST_CASE("concurrent get() from several processes leaves one valid entry", "[ca
     if (e.manifest.value("key", "") == k.str()) ++valid_for_key;
   }
   CHECK(valid_for_key == 1);
-  CHECK(names_in(root.path + "/v1/tmp").empty());
-  CHECK_FALSE(fs::exists(root.path + "/v1/quarantine"));
+  CHECK(names_in(cache.schema_dir() + "/tmp").empty());
+  CHECK_FALSE(fs::exists(cache.schema_dir() + "/quarantine"));
   CHECK(cache.get(k)->from_disk);
 }
 
@@ -727,22 +804,26 @@ TEST_CASE("list, verify, gc and clear", "[cache]") {
   const auto verified = cache.verify();
   REQUIRE(verified.size() == 3);
   CHECK_FALSE(fs::exists(damaged));
-  CHECK(names_in(root.path + "/v1/quarantine").size() == 1);
+  const std::string schema = cache.schema_dir();
+  CHECK(names_in(schema + "/quarantine").size() == 1);
   CHECK(cache.list().size() == 2);
 
   // gc: quarantine, stale temp leftovers and old schemas go; a fresh temp dir (a publish in flight) stays.
-  fs::create_directories(root.path + "/v0/sm_90a/deadbeef");
-  fs::create_directories(root.path + "/v1/tmp/stale.123.abcdef");
-  fs::create_directories(root.path + "/v1/tmp/fresh.456.abcdef");
-  fs::create_directories(root.path + "/v2/sm_90a");  // a newer moejit may share the root
+  static_assert(kCacheSchemaVersion >= 1, "an older schema directory needs a version below this one");
+  const std::string older = root.path + "/v" + std::to_string(kCacheSchemaVersion - 1);
+  const std::string newer = root.path + "/v" + std::to_string(kCacheSchemaVersion + 1);
+  fs::create_directories(older + "/sm_90a/deadbeef");
+  fs::create_directories(schema + "/tmp/stale.123.abcdef");
+  fs::create_directories(schema + "/tmp/fresh.456.abcdef");
+  fs::create_directories(newer + "/sm_90a");  // a newer moejit may share the root
   fs::create_directories(root.path + "/unrelated");
   const struct timespec old_times[2] = {{std::time(nullptr) - 3600, 0}, {std::time(nullptr) - 3600, 0}};
-  REQUIRE(::utimensat(AT_FDCWD, (root.path + "/v1/tmp/stale.123.abcdef").c_str(), old_times, 0) == 0);
+  REQUIRE(::utimensat(AT_FDCWD, (schema + "/tmp/stale.123.abcdef").c_str(), old_times, 0) == 0);
   CHECK(cache.gc() == 3);
-  CHECK_FALSE(fs::exists(root.path + "/v0"));
-  CHECK(names_in(root.path + "/v1/quarantine").empty());
-  CHECK(names_in(root.path + "/v1/tmp") == std::vector<std::string>{"fresh.456.abcdef"});
-  CHECK(fs::exists(root.path + "/v2"));
+  CHECK_FALSE(fs::exists(older));
+  CHECK(names_in(schema + "/quarantine").empty());
+  CHECK(names_in(schema + "/tmp") == std::vector<std::string>{"fresh.456.abcdef"});
+  CHECK(fs::exists(newer));
   CHECK(fs::exists(root.path + "/unrelated"));
   CHECK(cache.list().size() == 2);
 

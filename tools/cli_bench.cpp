@@ -62,7 +62,7 @@ struct Event {
   CUevent e = nullptr;
   Event() { check(driver().cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate"); }
   ~Event() {
-    if (e) driver().cuEventDestroy(e);
+    if (e) detail::report_cleanup(driver().cuEventDestroy(e), "cuEventDestroy");
   }
 };
 

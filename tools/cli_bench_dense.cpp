@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -39,6 +40,7 @@ namespace moejit::cli {
 
 using detail::check;
 using detail::driver;
+using detail::report_cleanup;
 
 #if MOEJIT_HAVE_CUBLASLT_HEADER
 namespace {
@@ -91,6 +93,14 @@ void lt_check(cublasStatus_t st, const char* what) {
   throw LtFailure{fmt::format("{}: {}", what, name ? name : "unknown cuBLASLt status")};
 }
 
+// lt_check's counterpart for destructors: a failed release is reported on stderr the way
+// report_cleanup reports the driver's, and otherwise ignored.
+void lt_cleanup(const CublasLt& lt, cublasStatus_t st, const char* what) noexcept {
+  if (st == CUBLAS_STATUS_SUCCESS) return;
+  const char* name = lt.cublasLtGetStatusString(st);
+  std::fprintf(stderr, "moejit: %s failed during cleanup: %s\n", what, name ? name : "unknown cuBLASLt status");
+}
+
 // Owns cuBLASLt objects for one measurement; releases them in reverse order of creation.
 struct LtObjects {
   cublasLtHandle_t handle = nullptr;
@@ -99,12 +109,12 @@ struct LtObjects {
   cublasLtMatmulPreference_t pref = nullptr;
   ~LtObjects() {
     const CublasLt& lt = cublaslt();
-    if (pref) lt.cublasLtMatmulPreferenceDestroy(pref);
-    if (d) lt.cublasLtMatrixLayoutDestroy(d);
-    if (b) lt.cublasLtMatrixLayoutDestroy(b);
-    if (a) lt.cublasLtMatrixLayoutDestroy(a);
-    if (op) lt.cublasLtMatmulDescDestroy(op);
-    if (handle) lt.cublasLtDestroy(handle);
+    if (pref) lt_cleanup(lt, lt.cublasLtMatmulPreferenceDestroy(pref), "cublasLtMatmulPreferenceDestroy");
+    if (d) lt_cleanup(lt, lt.cublasLtMatrixLayoutDestroy(d), "cublasLtMatrixLayoutDestroy(D)");
+    if (b) lt_cleanup(lt, lt.cublasLtMatrixLayoutDestroy(b), "cublasLtMatrixLayoutDestroy(B)");
+    if (a) lt_cleanup(lt, lt.cublasLtMatrixLayoutDestroy(a), "cublasLtMatrixLayoutDestroy(A)");
+    if (op) lt_cleanup(lt, lt.cublasLtMatmulDescDestroy(op), "cublasLtMatmulDescDestroy");
+    if (handle) lt_cleanup(lt, lt.cublasLtDestroy(handle), "cublasLtDestroy");
   }
 };
 
@@ -164,15 +174,17 @@ DenseCeiling measure(CUstream s, int n) {
 
   const float alpha = 1.f, beta = 0.f;
   CUevent start = nullptr, stop = nullptr;
-  check(driver().cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate");
-  check(driver().cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate");
+  // Owns both events from here: a failed second create must not leak the first.
   struct Events {
-    CUevent a, b;
+    CUevent& a;
+    CUevent& b;
     ~Events() {
-      driver().cuEventDestroy(a);
-      driver().cuEventDestroy(b);
+      if (a) report_cleanup(driver().cuEventDestroy(a), "cuEventDestroy");
+      if (b) report_cleanup(driver().cuEventDestroy(b), "cuEventDestroy");
     }
   } events{start, stop};
+  check(driver().cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate");
+  check(driver().cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate");
   const double flops = 2.0 * n * static_cast<double>(n) * n;
   double best_ms = 0;
   int best_algo = -1, ran = 0;
