@@ -1,5 +1,7 @@
 #pragma once
 // A layer in the decode family's prepared layout, in device memory.
+#include <cuda.h>
+
 #include "moejit/runtime.hpp"
 #include "runtime/prepared_layout.hpp"
 
@@ -7,6 +9,9 @@ namespace moejit::detail {
 
 struct PreparedLayerImpl final : PreparedLayer {
   LayerSpec layer_spec;
+  // The context of the Runtime that prepared it (its device's primary context): the buffers below are
+  // that device's memory, so only a Runtime of the same context may launch on them.
+  CUcontext context = nullptr;
   DeviceBuffer fc1_w, fc1_s, fc1_gs, fc1_bias;  // fc1_bias: [E][mats][I] fp32
   DeviceBuffer fc2_w, fc2_s, fc2_gs, fc2_bias;  // fc2_bias: [E][H] fp32
   const LayerSpec& spec() const override { return layer_spec; }

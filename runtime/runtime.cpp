@@ -136,7 +136,9 @@ KernelCache& Runtime::cache() { return impl_->cache; }
 std::shared_ptr<PreparedLayer> Runtime::prepare(const DeviceLayerView& layer, StreamHandle stream) {
   std::lock_guard<std::mutex> lock(impl_->prepare_mu);
   ScopedContext in(impl_->ctx);
-  std::shared_ptr<PreparedLayer> prepared = prepare_layer(impl_->modules, impl_->arch, layer, static_cast<CUstream>(stream));
+  std::shared_ptr<PreparedLayerImpl> prepared =
+      prepare_layer(impl_->modules, impl_->arch, layer, static_cast<CUstream>(stream));
+  prepared->context = impl_->ctx;
   in.restore();
   return prepared;
 }
@@ -188,6 +190,10 @@ void Runtime::prewarm(const PreparedLayer& layer, int max_tokens, Family force) 
 
 void Runtime::forward(const PreparedLayer& layer_base, const ForwardArgs& a) {
   const PreparedLayerImpl& layer = impl_of(layer_base);
+  if (layer.context != impl_->ctx)
+    throw Error(fmt::format("forward: layer was prepared by a Runtime of another device or context, and its weights "
+                            "are that device's memory; prepare it with the Runtime of device {} that runs it",
+                            impl_->options.device));
   const LayerSpec& spec = layer.spec();
   if (a.tokens < 0) throw Error(fmt::format("forward: tokens must be >= 0, got {}", a.tokens));
   // Checked whatever M is: they are wrong for the layer, not for this step.

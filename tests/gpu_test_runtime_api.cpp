@@ -17,6 +17,7 @@
 #include "gpu_support.hpp"
 #include "moejit/error.hpp"
 #include "runtime/driver_api.hpp"
+#include "runtime/prepared_layer.hpp"
 
 using namespace moejit;
 using namespace moejit::test;
@@ -296,4 +297,24 @@ TEST_CASE("forwards on several threads of a fresh runtime load their kernels con
     CHECK(errors[t].empty());
     CHECK(outs[t] == run_poisoned(fresh, *layer, inputs[t], m, family_of(t)));
   }
+}
+
+TEST_CASE("forward refuses a layer prepared in another context", "[gpu][api]") {
+  // A layer's weights are the memory of the device whose Runtime prepared it. A single-GPU machine has no
+  // second device, so the layer is marked as another context's (what a Runtime of another device
+  // records), and forward must refuse it before launching.
+  auto& rt = runtime();
+  const RestoreRuntimeContext restore;
+  const LayerSpec spec = small_spec(ScaleFormat::nvfp4, Activation::silu, false, false);
+  auto layer = rt.prepare(make_random_layer(spec, 7101));
+  const int m = 2;
+  DeviceInputs d = upload_inputs(rt, *layer, make_random_inputs(spec, m, 7102, true), m);
+  CHECK_NOTHROW(run_poisoned(rt, *layer, d, m));
+  OtherContext other(rt.device());
+  auto& impl = dynamic_cast<detail::PreparedLayerImpl&>(*layer);
+  const CUcontext own = impl.context;
+  impl.context = other.get();
+  CHECK_THROWS_WITH(rt.forward(*layer, args_for(d, m)), Catch::Contains("another device or context"));
+  impl.context = own;
+  CHECK_NOTHROW(run_poisoned(rt, *layer, d, m));
 }

@@ -90,7 +90,8 @@ class Runtime {
   // architecture's repack kernel (as `moejit prewarm` does).
   void prewarm(const PreparedLayer& layer, int max_tokens, Family force = Family::automatic);
   // Runs one layer. Throws moejit::Error on bad arguments (naming them) before launching anything; the
-  // activation overrides are checked even when tokens is 0.
+  // activation overrides are checked even when tokens is 0, and a layer prepared by a Runtime of another
+  // device (its weights are that device's memory) is refused.
   void forward(const PreparedLayer& layer, const ForwardArgs& args);
 
   Plan plan(const PreparedLayer& layer, int tokens, Family force = Family::automatic) const;
