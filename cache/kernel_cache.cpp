@@ -18,6 +18,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <future>
+#include <map>
+#include <memory>
 #include <set>
 #include <strings.h>
 
@@ -63,6 +65,43 @@ void warn_once(const std::string& topic, const std::string& message, bool quiet)
     if (!seen.insert(topic).second) return;
   }
   std::fprintf(stderr, "moejit: warning: %s\n", message.c_str());
+}
+
+// NVRTC output for one entry hash, compiled once per process however many KernelCache instances ask at
+// the same time (a server with a Runtime per GPU asks each for the same keys at startup). Only compiles
+// in flight are shared: a later request reads the entry the first one published, or compiles again where
+// it cannot (a cache in memory only), so a cache's own compile count and damage handling are unchanged.
+// The hash covers the source text, options and compiler, so equal hashes are the same cubin.
+CompileOutput compile_once(const std::string& hash, const GeneratedSource& src, Arch arch, bool& compiled_here) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_future<std::shared_ptr<const CompileOutput>>> in_flight;
+  std::promise<std::shared_ptr<const CompileOutput>> promise;
+  std::shared_future<std::shared_ptr<const CompileOutput>> pending;
+  {
+    std::lock_guard lock(mu);
+    if (auto it = in_flight.find(hash); it != in_flight.end())
+      pending = it->second;
+    else
+      in_flight.emplace(hash, promise.get_future().share());
+  }
+  compiled_here = !pending.valid();
+  if (pending.valid()) return *pending.get();  // rethrows that compile's error
+  try {
+    auto out = std::make_shared<const CompileOutput>(compile_source(src, arch));
+    {
+      std::lock_guard lock(mu);
+      in_flight.erase(hash);
+    }
+    promise.set_value(out);
+    return *out;
+  } catch (...) {
+    {
+      std::lock_guard lock(mu);
+      in_flight.erase(hash);
+    }
+    promise.set_exception(std::current_exception());
+    throw;
+  }
 }
 
 void warn(const std::string& message, bool quiet) {
@@ -252,8 +291,9 @@ struct KernelCache::State {
       throw Error(fmt::format(
           "{} (MOEJIT_NO_JIT); prewarm the cache for this model and architecture first (`moejit prewarm`)", what));
     }
-    CompileOutput out = compile_source(src, k.arch);
-    ++compiles;
+    bool compiled_here = false;
+    CompileOutput out = compile_once(hash, src, k.arch, compiled_here);
+    if (compiled_here) ++compiles;
     auto ck = std::make_shared<CachedKernel>();
     ck->key = k;
     ck->entry = src.entry;

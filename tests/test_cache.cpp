@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -715,6 +716,40 @@ TEST_CASE("concurrent get() of one key compiles once", "[cache]") {
   }
   CHECK(is_elf(got[0]->cubin));
   CHECK(cache.list().size() == 1);
+}
+
+TEST_CASE("concurrent get() of one key from several caches compiles once per process", "[cache]") {
+  // A server with a Runtime per GPU has a KernelCache per Runtime, all asking for the same keys at once.
+  // Every cache waits in its source callback until all have asked, so the requests overlap; the first
+  // to reach NVRTC compiles, the others take its cubin, and each cache publishes to its own root.
+  constexpr int kCaches = 4;
+  std::vector<std::unique_ptr<TempRoot>> roots;
+  std::vector<std::unique_ptr<KernelCache>> caches;
+  std::atomic<int> asked{0};
+  for (int c = 0; c < kCaches; ++c) {
+    roots.push_back(std::make_unique<TempRoot>());
+    CacheOptions o = opts(*roots.back());
+    o.source = [&asked](const KernelKey& k) {
+      ++asked;
+      while (asked < kCaches) std::this_thread::yield();
+      return hand_source(k);
+    };
+    caches.push_back(std::make_unique<KernelCache>(o));
+  }
+  const KernelKey k = test_key(Arch::sm_90a, 320);  // a key no other case compiles
+  std::vector<std::shared_ptr<const CachedKernel>> got(kCaches);
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kCaches; ++c) threads.emplace_back([&, c] { got[c] = caches[c]->get(k); });
+  for (auto& th : threads) th.join();
+  std::uint64_t compiles = 0;
+  for (int c = 0; c < kCaches; ++c) {
+    REQUIRE(got[c]);
+    CHECK(got[c]->cubin == got[0]->cubin);
+    CHECK(got[c]->hash == got[0]->hash);
+    CHECK(caches[c]->list().size() == 1);  // published to every root
+    compiles += caches[c]->compiles();
+  }
+  CHECK(compiles == 1);
 }
 
 TEST_CASE("concurrent get() from several processes leaves one valid entry", "[cache]") {

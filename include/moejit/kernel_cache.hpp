@@ -6,7 +6,7 @@
 // published atomically (private temp dir, fsync, rename) and verified (size + checksum) on every read;
 // damaged entries are moved to <root>/v<schema>/quarantine and rebuilt. A read-only or full disk
 // degrades to in-memory compiles with one warning on stderr. Thread-safe: concurrent requests for one
-// key compile once per process.
+// key compile once per process, across KernelCache instances too (each publishes to its own root).
 #include <cstdint>
 #include <functional>
 #include <map>
