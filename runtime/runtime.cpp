@@ -210,6 +210,15 @@ void Runtime::forward(const PreparedLayer& layer_base, const ForwardArgs& a) {
   need(a.topk_ids, "topk_ids", 4);
   need(a.topk_weights, "topk_weights", 4);
   need(a.workspace, "workspace", 256);
+  auto fits = [&](size_t given, size_t per_token, const char* name) {
+    const size_t want = static_cast<size_t>(a.tokens) * per_token;
+    if (given && given < want)
+      throw Error(fmt::format("forward: {} has {} bytes but {} tokens need {}", name, given, a.tokens, want));
+  };
+  fits(a.x_bytes, static_cast<size_t>(spec.hidden) * 2, "x");
+  fits(a.out_bytes, static_cast<size_t>(spec.hidden) * 2, "out");
+  fits(a.topk_ids_bytes, static_cast<size_t>(spec.top_k) * 4, "topk_ids");
+  fits(a.topk_weights_bytes, static_cast<size_t>(spec.top_k) * 4, "topk_weights");
   const WorkspaceLayout ws = WorkspaceLayout::make(spec, a.tokens);
   if (a.workspace_bytes < ws.total)
     throw Error(fmt::format("forward: workspace has {} bytes but {} tokens need {} (size it with workspace_size)",

@@ -318,3 +318,31 @@ TEST_CASE("forward refuses a layer prepared in another context", "[gpu][api]") {
   impl.context = own;
   CHECK_NOTHROW(run_poisoned(rt, *layer, d, m));
 }
+
+TEST_CASE("forward refuses buffers whose given sizes are too small for M tokens", "[gpu][api]") {
+  auto& rt = runtime();
+  const LayerSpec spec = small_spec(ScaleFormat::mxfp4, Activation::silu, false, false);
+  auto layer = rt.prepare(make_random_layer(spec, 7201));
+  const int m = 3;
+  DeviceInputs d = upload_inputs(rt, *layer, make_random_inputs(spec, m, 7202, true), m);
+  const size_t row = static_cast<size_t>(spec.hidden) * 2, pairs = static_cast<size_t>(m) * spec.top_k;
+  ForwardArgs a = args_for(d, m);
+  a.x_bytes = m * row;
+  a.out_bytes = m * row;
+  a.topk_ids_bytes = pairs * 4;
+  a.topk_weights_bytes = pairs * 4;
+  CHECK_NOTHROW(rt.forward(*layer, a));  // exact sizes are enough
+  ForwardArgs b = a;
+  b.out_bytes = m * row - 2;
+  CHECK_THROWS_WITH(rt.forward(*layer, b), Catch::Contains("out has") && Catch::Contains("3 tokens need"));
+  b = a;
+  b.x_bytes = row;
+  CHECK_THROWS_WITH(rt.forward(*layer, b), Catch::Contains("x has"));
+  b = a;
+  b.topk_ids_bytes = pairs * 4 - 4;
+  CHECK_THROWS_WITH(rt.forward(*layer, b), Catch::Contains("topk_ids has"));
+  b = a;
+  b.topk_weights_bytes = 4;
+  CHECK_THROWS_WITH(rt.forward(*layer, b), Catch::Contains("topk_weights has"));
+  detail::check(detail::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+}

@@ -53,6 +53,10 @@ struct ForwardArgs {
   DevicePtr workspace = 0;     // caller-owned, workspace_size(layer, max_tokens) bytes, 256-byte aligned
   size_t workspace_bytes = 0;
   StreamHandle stream = nullptr;
+  // Sizes of the buffers above in bytes, 0 where the caller does not say. Raw device pointers carry no
+  // size, so only a given size lets forward refuse a buffer too small for M tokens (out is written, the
+  // others read, in full) instead of touching memory past it.
+  size_t x_bytes = 0, topk_ids_bytes = 0, topk_weights_bytes = 0, out_bytes = 0;
   // Runtime activation parameters; unset: the layer's values (LayerSpec::swiglu_alpha/beta/limit).
   // Set values must be finite, and the limit > 0. swiglu_alpha/beta apply to swigluoai layers only, and
   // a limit only to a layer prepared with one (a layer without a limit has kernels without a clamp);
