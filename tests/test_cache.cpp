@@ -151,6 +151,13 @@ std::string entry_dir(const KernelCache& c, const KernelKey& k) {
   return c.schema_dir() + "/" + std::string(to_string(k.arch)) + "/" + c.hash_of(k);
 }
 
+// Compiles k into a fresh cache at root (as a prewarm would) and returns its entry's directory.
+std::string published_entry(const TempRoot& root, const KernelKey& k) {
+  KernelCache c(opts(root));
+  c.get(k);
+  return entry_dir(c, k);
+}
+
 // Names in dir, which must exist: "no names" from a directory that is not there would make every
 // "nothing left behind" check pass whatever the cache did.
 std::vector<std::string> names_in(const std::string& dir) {
@@ -403,12 +410,7 @@ TEST_CASE("damaged entries are quarantined and rebuilt, never loaded", "[cache]"
 TEST_CASE("contains() quarantines a damaged entry and reports a miss", "[cache]") {
   TempRoot root;
   const KernelKey k = test_key();
-  std::string dir;
-  {
-    KernelCache c(opts(root));
-    c.get(k);
-    dir = entry_dir(c, k);
-  }
+  const std::string dir = published_entry(root, k);
   fs::resize_file(dir + "/kernel.cubin", 10);
   KernelCache cache(opts(root));
   CHECK_FALSE(cache.contains(k));
@@ -512,12 +514,7 @@ TEST_CASE("a write failure mid-publish (full disk) degrades and leaves nothing b
 TEST_CASE("entries that other users can write are not trusted", "[cache]") {
   TempRoot root;
   const KernelKey k = test_key();
-  std::string dir;
-  {
-    KernelCache c(opts(root));
-    c.get(k);
-    dir = entry_dir(c, k);
-  }
+  const std::string dir = published_entry(root, k);
   SECTION("group-writable entry directory") {
     ::chmod(dir.c_str(), 0770);
     StderrCapture err;
@@ -607,12 +604,7 @@ TEST_CASE("MOEJIT_NO_JIT says why an entry on disk was not used", "[cache]") {
   // kernel was prewarmed but its entry refused, and why.
   TempRoot root;
   const KernelKey k = test_key();
-  std::string dir;
-  {
-    KernelCache prewarm(opts(root));
-    prewarm.get(k);
-    dir = entry_dir(prewarm, k);
-  }
+  const std::string dir = published_entry(root, k);
   EnvVar env("MOEJIT_NO_JIT", "1");
   auto no_jit_error = [&](KernelCache& cache) -> std::string {
     try {
