@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <mutex>
 
 #include "moejit/error.hpp"
@@ -100,12 +101,6 @@ std::string error_string(CUresult r) {
 void check(CUresult r, const char* what) {
   if (r != CUDA_SUCCESS) throw Error(fmt::format("{} failed: {}", what, error_string(r)));
 }
-
-}  // namespace moejit::detail
-
-#include <cstdio>
-
-namespace moejit::detail {
 
 bool report_cleanup(CUresult r, const char* what) noexcept {
   if (r == CUDA_SUCCESS) return true;
