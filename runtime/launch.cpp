@@ -3,22 +3,37 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <mutex>
 
 #include "moejit/error.hpp"
 #include "runtime/driver_api.hpp"
 
 namespace moejit::detail {
 
+void allow_dynamic_smem(CUfunction f, unsigned bytes) {
+  if (bytes == 0) return;
+  // One lock for every function: forwards on several threads launch the same function with sizes that
+  // depend on M, and a limit lowered by one thread between another's raise and its launch fails that
+  // launch. So the limit only ever grows (it is a ceiling, not a reservation). The current value is read
+  // back from the driver rather than remembered, which stays right when a function handle is reused
+  // by a module loaded later.
+  static std::mutex mu;
+  const std::lock_guard<std::mutex> lock(mu);
+  int current = 0;
+  check(driver().cuFuncGetAttribute(&current, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f),
+        "cuFuncGetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+  if (current < static_cast<int>(bytes))  // static + dynamic above 48 KiB needs this opt-in
+    check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(bytes)),
+          "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+  // Kernels that ask for dynamic shared memory size their grids by it: give them the largest
+  // carveout, or fewer CTAs fit per SM than the planner counted on.
+  check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100),
+        "cuFuncSetAttribute(PREFERRED_SHARED_MEMORY_CARVEOUT)");
+}
+
 void launch(CUfunction f, const LaunchShape& s, CUstream stream, void* params, bool programmatic_dependent) {
   void* args[] = {params};
-  if (s.dynamic_smem > 0) {  // static + dynamic above 48 KiB needs the opt-in too
-    check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(s.dynamic_smem)),
-          "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
-    // Kernels that ask for dynamic shared memory size their grids by it: give them the largest
-    // carveout, or fewer CTAs fit per SM than the planner counted on.
-    check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100),
-          "cuFuncSetAttribute(PREFERRED_SHARED_MEMORY_CARVEOUT)");
-  }
+  allow_dynamic_smem(f, s.dynamic_smem);
   if (!programmatic_dependent) {
     check(driver().cuLaunchKernel(f, s.grid_x, s.grid_y, s.grid_z, s.block, 1, 1, s.dynamic_smem, stream, args, nullptr),
           "cuLaunchKernel");
@@ -42,11 +57,7 @@ void launch(CUfunction f, const LaunchShape& s, CUstream stream, void* params, b
 }
 
 unsigned cooperative_grid_limit(CUfunction f, unsigned block, unsigned dynamic_smem, int sm_count) {
-  check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(dynamic_smem)),
-        "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
-  if (dynamic_smem > 0)
-    check(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100),
-          "cuFuncSetAttribute(PREFERRED_SHARED_MEMORY_CARVEOUT)");
+  allow_dynamic_smem(f, dynamic_smem);  // the occupancy query answers 0 until the limit covers the size
   int per_sm = 0;
   check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, static_cast<int>(block), dynamic_smem),
         "cuOccupancyMaxActiveBlocksPerMultiprocessor");

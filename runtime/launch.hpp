@@ -13,6 +13,10 @@ struct LaunchShape {
   unsigned dynamic_smem = 0;
 };
 
+// Lets f launch with `bytes` of dynamic shared memory (and the largest shared-memory carveout). The
+// limit only grows, under one lock, so concurrent launches of f with different sizes never fail.
+void allow_dynamic_smem(CUfunction f, unsigned bytes);
+
 // params: pointer to the kernel's single by-value parameter struct.
 void launch(CUfunction f, const LaunchShape& shape, CUstream stream, void* params, bool programmatic_dependent = false);
 

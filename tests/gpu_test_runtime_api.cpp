@@ -292,10 +292,59 @@ TEST_CASE("forwards on several threads of a fresh runtime load their kernels con
       });
     for (auto& th : threads) th.join();
   }
+  const std::vector<double> want = reference_forward(host, in).out_f64;
   for (int t = 0; t < kThreads; ++t) {
     INFO(fmt::format("thread {} ({})", t, family_of(t) == Family::decode ? "decode" : "batch"));
     CHECK(errors[t].empty());
     CHECK(outs[t] == run_poisoned(fresh, *layer, inputs[t], m, family_of(t)));
+    check_agreement(compare(to_float(outs[t]), want), /*with_cosine=*/true);  // right, not only repeatable
+  }
+}
+
+TEST_CASE("concurrent forwards whose launches need different shared memory sizes all launch", "[gpu][api]") {
+  // decode_pipe's dynamic shared memory grows with M while its function stays the same: threads forwarding
+  // M = 1 and M = 5 at once must never see the function's limit lowered under their launch, and every
+  // output must be the bits of the same forward run alone.
+  runtime();
+  const RestoreRuntimeContext restore;
+  const ScopedEnv guard{"MOEJIT_DECODE_PIPE"};
+  ::setenv("MOEJIT_DECODE_PIPE", "on", 1);
+  const LayerSpec spec = small_spec(ScaleFormat::nvfp4, Activation::silu, false, false);
+  const HostLayer host = make_random_layer(spec, 7601);
+  auto layer = runtime().prepare(host);
+  constexpr int kThreads = 6, kRounds = 25;
+  auto tokens_of = [](int t) { return t % 2 ? 5 : 1; };
+  REQUIRE(runtime().plan(*layer, 1, Family::decode).kernels.front().kind == KernelKind::decode_pipe);
+  REQUIRE(runtime().plan(*layer, 5, Family::decode).kernels.front().kind == KernelKind::decode_pipe);
+  std::vector<HostInputs> host_in;
+  std::vector<DeviceInputs> inputs;
+  std::vector<std::vector<uint16_t>> alone(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    host_in.push_back(make_random_inputs(spec, tokens_of(t), 7610 + t, true));
+    inputs.push_back(upload_inputs(runtime(), *layer, host_in[t], tokens_of(t)));
+  }
+  // Alone first, largest M last, so the threads start from a limit the small forwards would lower.
+  for (int t : {0, 2, 4, 1, 3, 5}) alone[t] = run_poisoned(runtime(), *layer, inputs[t], tokens_of(t), Family::decode);
+  std::vector<std::string> errors(kThreads);
+  std::vector<int> mismatches(kThreads, 0);
+  {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t)
+      threads.emplace_back([&, t] {
+        try {
+          for (int r = 0; r < kRounds; ++r)
+            if (run_poisoned(runtime(), *layer, inputs[t], tokens_of(t), Family::decode) != alone[t]) ++mismatches[t];
+        } catch (const std::exception& e) {
+          errors[t] = e.what();
+        }
+      });
+    for (auto& th : threads) th.join();
+  }
+  for (int t = 0; t < kThreads; ++t) {
+    INFO(fmt::format("thread {} (M = {})", t, tokens_of(t)));
+    CHECK(errors[t].empty());
+    CHECK(mismatches[t] == 0);
+    check_agreement(compare(to_float(alone[t]), reference_forward(host, host_in[t]).out_f64), /*with_cosine=*/true);
   }
 }
 
