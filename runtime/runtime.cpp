@@ -30,11 +30,40 @@ struct Runtime::Impl {
   explicit Impl(RuntimeOptions o) : options(std::move(o)), cache(options.cache), modules(cache) {}
 };
 
-namespace {
-Arch arch_of(int major, int minor, const std::string& name) {
+std::optional<Arch> arch_for_capability(int major, int minor) {
   if (major == 9 && minor == 0) return Arch::sm_90a;
   if (major == 10 && minor == 0) return Arch::sm_100a;
   if (major == 12 && minor == 0) return Arch::sm_120a;
+  return std::nullopt;
+}
+
+DeviceInfo query_device(int device) {
+  const DriverApi& d = driver();
+  int count = 0;
+  check(d.cuDeviceGetCount(&count), "cuDeviceGetCount");
+  if (device < 0 || device >= count)
+    throw Error(fmt::format("device {} does not exist ({} CUDA device(s) present)", device, count));
+  DeviceInfo info;
+  info.ordinal = device;
+  CUdevice dev;
+  check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
+  char name[256] = {};
+  check(d.cuDeviceGetName(name, sizeof(name), dev), "cuDeviceGetName");
+  info.name = name;
+  check(d.cuDeviceGetAttribute(&info.cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
+        "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)");
+  check(d.cuDeviceGetAttribute(&info.cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
+        "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MINOR)");
+  check(d.cuDeviceGetAttribute(&info.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+        "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
+  check(d.cuDriverGetVersion(&info.driver_version), "cuDriverGetVersion");
+  info.arch = arch_for_capability(info.cc_major, info.cc_minor);
+  return info;
+}
+
+namespace {
+Arch arch_of(int major, int minor, const std::string& name) {
+  if (auto a = arch_for_capability(major, minor)) return *a;
   throw Error(fmt::format("device {} has compute capability {}.{}; moejit builds for sm_90a, sm_100a and sm_120a", name,
                           major, minor));
 }
@@ -102,22 +131,11 @@ void launch_plan(const ForwardContext& ctx) {
 }  // namespace
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
-  const DriverApi& d = driver();
-  int count = 0;
-  check(d.cuDeviceGetCount(&count), "cuDeviceGetCount");
-  if (impl_->options.device < 0 || impl_->options.device >= count)
-    throw Error(fmt::format("device {} does not exist ({} CUDA device(s) present)", impl_->options.device, count));
+  const DeviceInfo info = query_device(impl_->options.device);
+  impl_->name = info.name;
+  impl_->sms = info.sm_count;
+  impl_->arch = arch_of(info.cc_major, info.cc_minor, info.name);  // refused before a context is made
   impl_->ctx = ensure_context(impl_->options.device);
-  CUdevice dev;
-  check(d.cuDeviceGet(&dev, impl_->options.device), "cuDeviceGet");
-  char name[256] = {};
-  check(d.cuDeviceGetName(name, sizeof(name), dev), "cuDeviceGetName");
-  impl_->name = name;
-  int major = 0, minor = 0;
-  check(d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute");
-  check(d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute");
-  check(d.cuDeviceGetAttribute(&impl_->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute");
-  impl_->arch = arch_of(major, minor, impl_->name);
 }
 
 Runtime::~Runtime() {
@@ -168,8 +186,17 @@ std::shared_ptr<PreparedLayer> Runtime::prepare(const HostLayer& layer) {
   return prepared;
 }
 
+namespace {
+// Both sizing calls take the largest M a caller will forward, which forward bounds to [1, kMaxTokens].
+void check_max_tokens(const char* fn, int max_tokens) {
+  if (max_tokens < 1 || max_tokens > kMaxTokens)
+    throw Error(fmt::format("{}: max_tokens must be in [1, {}] (the tokens one forward serves), got {}", fn,
+                            kMaxTokens, max_tokens));
+}
+}  // namespace
+
 size_t Runtime::workspace_size(const PreparedLayer& layer, int max_tokens) const {
-  if (max_tokens < 1) throw Error(fmt::format("workspace_size: max_tokens must be >= 1, got {}", max_tokens));
+  check_max_tokens("workspace_size", max_tokens);
   return WorkspaceLayout::make(layer.spec(), max_tokens).total;
 }
 
@@ -178,6 +205,7 @@ Plan Runtime::plan(const PreparedLayer& layer, int tokens, Family force) const {
 }
 
 void Runtime::prewarm(const PreparedLayer& layer, int max_tokens, Family force) {
+  check_max_tokens("prewarm", max_tokens);
   // The repack kernel too, as `moejit prewarm` does, so that prewarm covers every kernel of the layer's
   // spec; preparing the layer on this runtime has loaded it already, and then it is a lookup.
   std::vector<KernelKey> keys = keys_for_range(layer.spec(), impl_->arch, max_tokens, impl_->sms, force);

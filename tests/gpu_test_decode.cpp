@@ -218,6 +218,24 @@ TEST_CASE("decode family up to its token limit", "[gpu][decode][limit]") {
   }
 }
 
+namespace {
+// A field of the plan's FC1 and FC2 kernels (the route kernel, where planned, left out), in launch order:
+// what a same-bits test must confirm on both sides of its comparison, or it compares a kernel with itself.
+template <class Field>
+std::vector<int> decode_field_of(const Plan& plan, Field field) {
+  std::vector<int> v;
+  for (const KernelKey& k : plan.kernels)
+    if (k.kind != KernelKind::route) v.push_back(field(k));
+  return v;
+}
+std::vector<int> decode_columns_of(const Plan& plan) {
+  return decode_field_of(plan, [](const KernelKey& k) { return k.columns; });
+}
+std::vector<int> decode_l2_ahead_of(const Plan& plan) {
+  return decode_field_of(plan, [](const KernelKey& k) { return k.l2_ahead; });
+}
+}  // namespace
+
 TEST_CASE("pairs in even MMA columns only give the same bits as pairs in every column", "[gpu][variants][columns]") {
   // columns = 4 moves pair t from column t to column 2t of its n-tile and skips the odd columns'
   // block-scale FMAs; every column's sums are independent, so outputs must not change. The planner
@@ -238,9 +256,10 @@ TEST_CASE("pairs in even MMA columns only give the same bits as pairs in every c
           ::setenv("MOEJIT_DECODE_FC1", fc1, 1);
           ::setenv("MOEJIT_DECODE_FC2", fc2, 1);
           ::setenv("MOEJIT_DECODE_COLUMNS", "8", 1);
+          REQUIRE(decode_columns_of(runtime().plan(*layer, m, Family::decode)) == std::vector<int>{8, 8});
           const auto all = run_decode(runtime(), *layer, d, m);
           ::setenv("MOEJIT_DECODE_COLUMNS", "4", 1);
-          REQUIRE(runtime().plan(*layer, m, Family::decode).kernels.back().columns == 4);
+          REQUIRE(decode_columns_of(runtime().plan(*layer, m, Family::decode)) == std::vector<int>{4, 4});
           const auto even = run_decode(runtime(), *layer, d, m);
           CHECK(even == all);
           check_agreement(compare(to_float(even), reference_forward(host, in).out_f64), /*with_cosine=*/false);
@@ -373,11 +392,13 @@ TEST_CASE("L2 prefetch distances change no output bit", "[gpu][variants][prefetc
           ::setenv("MOEJIT_DECODE_FC2", fc2, 1);
           ::setenv("MOEJIT_DECODE_TILE_FC1", "w4d1f0", 1);
           ::setenv("MOEJIT_DECODE_TILE_FC2", "w4d2p2f0", 1);
+          REQUIRE(decode_l2_ahead_of(runtime().plan(*layer, m, Family::decode)) == std::vector<int>{0, 0});
           const auto none = run_decode(runtime(), *layer, d, m);
           for (const char* ahead : {"f1", "f3", "f16"}) {
             ::setenv("MOEJIT_DECODE_TILE_FC1", fmt::format("w4d1{}", ahead).c_str(), 1);
             ::setenv("MOEJIT_DECODE_TILE_FC2", fmt::format("w4d2p2{}", ahead).c_str(), 1);
-            REQUIRE(runtime().plan(*layer, m, Family::decode).kernels.back().l2_ahead > 0);
+            const int want = std::atoi(ahead + 1);
+            REQUIRE(decode_l2_ahead_of(runtime().plan(*layer, m, Family::decode)) == std::vector<int>{want, want});
             CHECK(run_decode(runtime(), *layer, d, m) == none);
           }
           check_agreement(compare(to_float(none), reference_forward(host, in).out_f64), /*with_cosine=*/false);
@@ -480,8 +501,7 @@ TEST_CASE("ids outside the local range contribute nothing; all-invalid rows are 
     CHECK(out[spec.hidden + h] == 0);
   }
   ReferenceOutput ref = reference_forward(host, in);
-  Agreement ag = compare(to_float(out), ref.out_f64);
-  CHECK(ag.rel_l2 < kRelL2Tolerance);
+  check_agreement(compare(to_float(out), ref.out_f64), /*with_cosine=*/true);  // token 2's foreign id element-wise too
 
   // Every id invalid: the whole output is written, with zeros.
   for (auto& id : in.topk_ids) id = -1;
@@ -608,6 +628,7 @@ TEST_CASE("forward rejects bad arguments before launching", "[gpu][errors]") {
   auto layer = rt.prepare(host);
   HostInputs in = make_random_inputs(spec, 4, 32, false);
   DeviceInputs d = upload_inputs(rt, *layer, in, 4);
+  d.out.fill_bytes(0xFF);
   ForwardArgs a = args_for(d, 8);  // workspace sized for 4 tokens
   CHECK_THROWS_WITH(rt.forward(*layer, a), Catch::Contains("workspace"));
   a = args_for(d, 4);
@@ -619,7 +640,17 @@ TEST_CASE("forward rejects bad arguments before launching", "[gpu][errors]") {
   a = args_for(d, 4);
   a.tokens = -1;
   CHECK_THROWS_WITH(rt.forward(*layer, a), Catch::Contains("tokens"));
-  CHECK_THROWS_AS(rt.workspace_size(*layer, 0), Error);
+  a = args_for(d, 4);
+  a.topk_ids = 0;
+  CHECK_THROWS_WITH(rt.forward(*layer, a), Catch::Contains("topk_ids"));
+  CHECK_THROWS_WITH(rt.workspace_size(*layer, 0), Catch::Contains("max_tokens"));
+  CHECK_THROWS_WITH(rt.workspace_size(*layer, kMaxTokens + 1), Catch::Contains("max_tokens"));
+  CHECK_THROWS_WITH(rt.prewarm(*layer, 0), Catch::Contains("prewarm: max_tokens"));
+  CHECK_THROWS_WITH(rt.prewarm(*layer, kMaxTokens + 1), Catch::Contains("prewarm: max_tokens"));
+  // Refused means nothing ran: every call above was made with out poisoned, and out still holds the poison.
+  detail::check(detail::driver().cuCtxSynchronize(), "cuCtxSynchronize");
+  CHECK(d.out.to_vector<uint16_t>(4 * static_cast<size_t>(spec.hidden)) ==
+        std::vector<uint16_t>(4 * static_cast<size_t>(spec.hidden), 0xFFFF));
 }
 
 TEST_CASE("forward during stream capture refuses to compile or load, and works after prewarm", "[gpu][graph]") {

@@ -1,10 +1,11 @@
 #pragma once
 // The embeddable runtime (DESIGN §6): prepare a layer once, then call forward per step.
 //
-// Threading: a Runtime may be shared by threads. prepare calls run one at a time (an internal lock);
-// loading a kernel (prepare, prewarm, or forward's first use of it) holds the module registry's lock,
-// which forward also takes briefly to look up a loaded kernel. forward does not allocate, never
-// synchronizes the host and is capturable into a CUDA graph once the kernels it needs are loaded.
+// Threading: a Runtime may be shared by threads. prepare calls run one at a time (an internal lock).
+// Loading a kernel (prepare, prewarm, or forward's first use of it) compiles and loads outside the
+// module registry's lock, which forward takes briefly to look up a loaded kernel; threads asking for
+// one kernel at once wait for one load. forward does not allocate, never synchronizes the host and is
+// capturable into a CUDA graph once the kernels it needs are loaded.
 //
 // Compiling: a kernel not yet in the on-disk cache is compiled where it is first needed. prepare needs
 // the architecture's weight-repack kernel; prewarm compiles (or loads) every kernel forward may use;
@@ -151,5 +152,20 @@ class DeviceBuffer {
 
 // True when libcuda.so.1 loads and at least one device is present (never throws).
 bool gpu_available(std::string* why = nullptr);
+
+// What the driver reports about one device, read without creating or touching a context (a tool can
+// ask this before deciding whether the device is one moejit runs on).
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;
+  int cc_major = 0, cc_minor = 0;
+  int sm_count = 0;
+  int driver_version = 0;     // cuDriverGetVersion: 1000 * major + 10 * minor
+  std::optional<Arch> arch;   // empty when moejit does not build for this compute capability
+};
+// Throws moejit::Error when the driver does not load or the device does not exist.
+DeviceInfo query_device(int device = 0);
+// The architecture moejit builds for a compute capability, if any (9.0 sm_90a, 10.0 sm_100a, 12.0 sm_120a).
+std::optional<Arch> arch_for_capability(int major, int minor);
 
 }  // namespace moejit
