@@ -339,6 +339,7 @@ struct KernelCache::State {
         }
         s.info.manifest = s.read.manifest.is_object() ? s.read.manifest : json();
         s.info.valid = s.read.status == EntryStatus::ok;
+        s.info.trusted = s.read.status != EntryStatus::untrusted;
         // "not trusted: ..." marks entries left in place (only damaged ones are quarantined by verify).
         s.info.problem = s.info.valid                                 ? std::string()
                          : s.read.status == EntryStatus::untrusted ? "not trusted: " + s.read.problem

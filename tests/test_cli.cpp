@@ -61,7 +61,8 @@ TEST_CASE("cli: help and version", "[cli]") {
   CHECK_THAT(r.out, Catch::Contains("rel_l2 <= 0.01"));  // the --check tolerance is documented
   r = cli({"version"});
   CHECK(r.rc == 0);
-  CHECK_THAT(r.out, Catch::Contains("nvrtc") && Catch::Contains("gpt-oss-120b"));
+  CHECK_THAT(r.out, Catch::Contains("nvrtc") && Catch::Contains("gpt-oss-120b") && Catch::Contains("driver ") &&
+                        Catch::Contains("gpu "));
 }
 
 TEST_CASE("cli: plan", "[cli]") {
@@ -69,6 +70,10 @@ TEST_CASE("cli: plan", "[cli]") {
   INFO(r.out);
   CHECK(r.rc == 0);
   CHECK_THAT(r.out, Catch::Contains("gpt-oss-120b") && Catch::Contains("decode_fc1:sm_90a:mxfp4:swigluoai"));
+  if (!gpu_available()) {
+    // Without a GPU of the named architecture the SM count is an assumption, and the output says so.
+    CHECK_THAT(r.out, Catch::Contains("132 SMs (assumed: no usable GPU here; pass --sm-count for the target GPU)"));
+  }
 
   r = cli({"plan", "--config", "qwen3-30b-a3b", "--arch", "sm_120a", "--tokens", "1,8,9", "--sm-count", "84"});
   INFO(r.out);
@@ -164,7 +169,7 @@ TEST_CASE("cli: prewarm, cache ls, verify, damage, gc, clear", "[cli]") {
   r = cli({"cache", "verify"});
   INFO(r.out);
   CHECK(r.rc == 0);
-  CHECK_THAT(r.out, Catch::Contains(std::to_string(keys.size()) + " valid, 0 damaged"));
+  CHECK_THAT(r.out, Catch::Contains(std::to_string(keys.size()) + " valid, 0 damaged, 0 untrusted"));
 
   // A second prewarm finds everything cached.
   r = cli({"prewarm", "--config", "qwen3-30b-a3b", "--arch", "sm_90a", "--max-tokens", "8", "--jobs", "3"});
@@ -193,7 +198,28 @@ TEST_CASE("cli: prewarm, cache ls, verify, damage, gc, clear", "[cli]") {
   r = cli({"cache", "verify"});
   INFO(r.out);
   CHECK(r.rc == 1);
-  CHECK_THAT(r.out, Catch::Contains("1 damaged"));
+  CHECK_THAT(r.out, Catch::Contains("1 damaged, 0 untrusted") && Catch::Contains("moved to quarantine"));
+  r = cli({"cache", "verify"});
+  CHECK(r.rc == 0);
+
+  // An entry others can write is reported as untrusted and left where it is (never quarantined).
+  std::string shared_entry;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(sandbox().dir + "/cache"))
+    if (e.path().filename() == "kernel.cubin" && e.path().string() != victim) {
+      shared_entry = e.path().parent_path().string();
+      break;
+    }
+  REQUIRE_FALSE(shared_entry.empty());
+  REQUIRE(::chmod(shared_entry.c_str(), 0777) == 0);
+  r = cli({"cache", "verify"});
+  {
+    INFO(r.out);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.out, Catch::Contains("0 damaged, 1 untrusted") && Catch::Contains("untrusted  ") &&
+                          Catch::Contains("left in place") && !Catch::Contains("moved to quarantine"));
+    CHECK(std::filesystem::exists(shared_entry + "/kernel.cubin"));
+  }
+  REQUIRE(::chmod(shared_entry.c_str(), 0700) == 0);
   r = cli({"cache", "verify"});
   CHECK(r.rc == 0);
   r = cli({"prewarm", "--config", "qwen3-30b-a3b", "--arch", "sm_90a", "--max-tokens", "8", "--jobs", "2"});

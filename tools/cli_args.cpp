@@ -160,27 +160,32 @@ Arch arch_from_args(const Args& args, std::optional<Arch> fallback, std::string*
       throw UsageError(fmt::format("--arch: {}", e.what()));
     }
   }
-  std::string why;
-  if (gpu_available(&why)) {
-    Runtime rt;
-    if (note) *note = fmt::format("{} ({}, {} SMs)", to_string(rt.arch()), rt.device_name(), rt.sm_count());
-    return rt.arch();
+  const GpuProbe& gpu = gpu_probe();
+  if (gpu.usable()) {
+    if (note) *note = fmt::format("{} ({}, {} SMs)", to_string(*gpu.info.arch), gpu.info.name, gpu.info.sm_count);
+    return *gpu.info.arch;
   }
   if (fallback) {
-    if (note) *note = fmt::format("{} (default: no GPU found; pass --arch to choose)", to_string(*fallback));
+    if (note)
+      *note = fmt::format("{} (default: {}; pass --arch to choose)", to_string(*fallback),
+                          gpu.present ? gpu.why : "no GPU found");
     return *fallback;
   }
-  throw UsageError(fmt::format("--arch is required when no GPU is present ({}); give one of sm_90a, sm_100a, sm_120a",
-                               why));
+  throw UsageError(fmt::format("--arch is required when no usable GPU is present ({}); give one of sm_90a, sm_100a, "
+                               "sm_120a",
+                               gpu.why));
 }
 
-int sm_count_from_args(const Args& args) {
+int sm_count_from_args(const Args& args, Arch arch, std::string* note) {
   if (args.has("sm-count")) return args.integer("sm-count", 132, 1, 100000);
-  std::string why;
-  if (gpu_available(&why)) {
-    Runtime rt;
-    return rt.sm_count();
-  }
+  const GpuProbe& gpu = gpu_probe();
+  if (gpu.usable() && *gpu.info.arch == arch) return gpu.info.sm_count;
+  // Plans depend on the SM count: keys prewarmed for another count may be missed by the target server.
+  if (note)
+    *note = fmt::format("assumed: {}; pass --sm-count for the target GPU",
+                        gpu.usable() ? fmt::format("this machine's GPU is {}, not {}", to_string(*gpu.info.arch),
+                                                   to_string(arch))
+                                     : std::string("no usable GPU here"));
   return 132;
 }
 

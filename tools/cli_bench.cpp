@@ -422,18 +422,13 @@ int cmd_bench(int argc, char** argv) {
   } catch (const Error& e) {
     throw UsageError(fmt::format("--family: {}", e.what()));
   }
-  std::string why;
-  if (!gpu_available(&why))
-    throw Error(fmt::format("no usable GPU ({}); bench times kernels and needs a CUDA device", why));
+  const GpuProbe& gpu = gpu_probe();  // in a child: the workers below are forked before this process inits CUDA
+  if (!gpu.usable())
+    throw Error(fmt::format("no usable GPU ({}); bench times kernels and needs a CUDA device moejit builds for", gpu.why));
   const LayerSpec local = cfg.local();
   const int max_m = *std::max_element(tokens.begin(), tokens.end());
-  Arch arch;
-  int sms;
-  {
-    Runtime probe;
-    arch = probe.arch();
-    sms = probe.sm_count();
-  }
+  const Arch arch = *gpu.info.arch;
+  const int sms = gpu.info.sm_count;
   const PrewarmSummary pw = parallel_prewarm(prewarm_keys(local, arch, max_m, sms, force), jobs);
   print_prewarm_summary(pw, fmt::format("{} {}", cfg.name, to_string(arch)));
   if (pw.failed) return kExitFailed;

@@ -103,15 +103,24 @@ int cmd_cache(int argc, char** argv) {
   }
   if (action == "verify") {
     const auto entries = cache.verify();
-    int bad = 0;
-    for (const auto& e : entries)
-      if (!e.valid) {
-        ++bad;
+    int damaged = 0, untrusted = 0;
+    for (const auto& e : entries) {
+      if (e.valid) continue;
+      if (!e.trusted) {
+        // Never moved: another user may own it; it is not loaded and a fresh compile stays in memory.
+        ++untrusted;
+        fmt::print("untrusted  {}  {}: {} (left in place, never loaded; fix its permissions or clear the cache)\n",
+                   field(e.manifest, "key"), e.path, e.problem);
+      } else {
+        ++damaged;
         fmt::print("damaged  {}  {}: {} (moved to quarantine; it is rebuilt on next use)\n", field(e.manifest, "key"),
                    e.path, e.problem);
       }
-    fmt::print("verified {} entr{} in {}: {} valid, {} damaged\n", entries.size(), entries.size() == 1 ? "y" : "ies",
-               cache.schema_dir(), entries.size() - static_cast<size_t>(bad), bad);
+    }
+    const int bad = damaged + untrusted;
+    fmt::print("verified {} entr{} in {}: {} valid, {} damaged, {} untrusted\n", entries.size(),
+               entries.size() == 1 ? "y" : "ies", cache.schema_dir(), entries.size() - static_cast<size_t>(bad), damaged,
+               untrusted);
     return bad ? kExitFailed : kExitOk;
   }
   if (action == "gc") {

@@ -15,6 +15,7 @@
 #include "moejit/key.hpp"
 #include "moejit/model_config.hpp"
 #include "moejit/planner.hpp"
+#include "moejit/runtime.hpp"
 #include "moejit/types.hpp"
 
 namespace moejit {
@@ -85,8 +86,19 @@ ModelConfig config_from_args(const Args& args, const std::string& option = "conf
 // The architecture named by --arch; without it the GPU's (a UsageError naming --arch when there is
 // none and fallback is empty, else *fallback with a note in *why_fallback).
 Arch arch_from_args(const Args& args, std::optional<Arch> fallback = std::nullopt, std::string* note = nullptr);
-// --sm-count, else the GPU's SM count when a GPU is present, else 132 (H200).
-int sm_count_from_args(const Args& args);
+// --sm-count, else the SM count of this machine's GPU when it is of `arch`, else 132 (H100/H200) with a
+// note in *note saying so.
+int sm_count_from_args(const Args& args, Arch arch, std::string* note = nullptr);
+
+// This machine's GPU as a child process saw it (asked once per process; see cli_gpu_probe.cpp).
+// present: a device answered; info.arch is empty (and why says so) when moejit does not build for it.
+struct GpuProbe {
+  bool present = false;
+  std::string why;  // no device, or an unsupported one
+  DeviceInfo info;
+  bool usable() const { return present && info.arch.has_value(); }
+};
+const GpuProbe& gpu_probe();
 std::string describe_spec(const LayerSpec& spec);
 // "1.23 MB" style sizes.
 std::string human_bytes(double bytes);

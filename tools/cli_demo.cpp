@@ -45,15 +45,11 @@ int demo_without_gpu(const ModelConfig& cfg, const LayerSpec& local, const std::
 }
 
 int demo_with_gpu(const ModelConfig& cfg, const LayerSpec& local, int jobs, int max_m, int replays, uint64_t seed) {
-  Arch arch;
-  int sms;
-  std::string device;
-  {
-    Runtime probe;
-    arch = probe.arch();
-    sms = probe.sm_count();
-    device = probe.device_name();
-  }
+  // From the child-process probe: the prewarm workers are forked before this process initializes CUDA.
+  const GpuProbe& gpu = gpu_probe();
+  const Arch arch = *gpu.info.arch;
+  const int sms = gpu.info.sm_count;
+  const std::string device = gpu.info.name;
   fmt::print("GPU: {} ({}, {} SMs)\n\n[1/3] prewarm {} ({}) for {}, M 1..{}\n", device, to_string(arch), sms, cfg.name,
              describe_spec(local), to_string(arch), max_m);
   std::fflush(stdout);
@@ -136,8 +132,7 @@ int cmd_demo(int argc, char** argv) {
   const int seed = args.integer("seed", 1, 0);
   const LayerSpec local = cfg.local();
   fmt::print("moejit demo: {} — {}\n", cfg.name, describe_spec(local));
-  std::string why;
-  if (!gpu_available(&why)) return demo_without_gpu(cfg, local, why, jobs, max_m);
+  if (!gpu_probe().usable()) return demo_without_gpu(cfg, local, gpu_probe().why, jobs, max_m);
   return demo_with_gpu(cfg, local, jobs, max_m, replays, static_cast<uint64_t>(seed));
 }
 

@@ -87,10 +87,12 @@ int cmd_plan(int argc, char** argv) {
   }
   std::string note;
   const Arch arch = arch_from_args(args, Arch::sm_90a, &note);
-  const int sms = sm_count_from_args(args);
+  std::string sm_note;
+  const int sms = sm_count_from_args(args, arch, &sm_note);
   const LayerSpec local = cfg.local();
-  fmt::print("plan {} ({})\n  arch {}, {} SMs, tp={} ep={} ep_rank={}\n", cfg.name, describe_spec(local),
-             note.empty() ? std::string(to_string(arch)) : note, sms, cfg.tp, cfg.ep, cfg.ep_rank);
+  fmt::print("plan {} ({})\n  arch {}, {} SMs{}, tp={} ep={} ep_rank={}\n", cfg.name, describe_spec(local),
+             note.empty() ? std::string(to_string(arch)) : note, sms, sm_note.empty() ? "" : " (" + sm_note + ")",
+             cfg.tp, cfg.ep, cfg.ep_rank);
   print_plan_table(local, arch, sms, tokens, force);
   return kExitOk;
 }

@@ -301,7 +301,9 @@ int cmd_prewarm(int argc, char** argv) {
   const int jobs = args.integer("jobs", ncpu, 1, 1024);
   std::string note;
   const Arch arch = arch_from_args(args, std::nullopt, &note);
-  const int sms = sm_count_from_args(args);
+  std::string sm_note;
+  const int sms = sm_count_from_args(args, arch, &sm_note);
+  if (!sm_note.empty()) fmt::print(stderr, "moejit prewarm: note: planning for {} SMs, {}\n", sms, sm_note);
   const LayerSpec local = cfg.local();
   const auto keys = prewarm_keys(local, arch, max_tokens, sms);
   if (env_flag("MOEJIT_NO_JIT")) {

@@ -51,10 +51,13 @@ int cmd_version(int argc, char** argv) {
   fmt::print("nvrtc {}\n", moejit::nvrtc_version());
   std::string why;
   if (moejit::gpu_available(&why)) {
-    moejit::Runtime rt;
-    fmt::print("gpu {} ({}, {} SMs)\n", rt.device_name(), to_string(rt.arch()), rt.sm_count());
+    // Read without a context, so an unsupported GPU is described rather than refused.
+    const moejit::DeviceInfo d = moejit::query_device(0);
+    fmt::print("driver {}.{}\n", d.driver_version / 1000, d.driver_version % 1000 / 10);
+    fmt::print("gpu {} (compute capability {}.{}, {} SMs, {})\n", d.name, d.cc_major, d.cc_minor, d.sm_count,
+               d.arch ? fmt::format("runs {}", to_string(*d.arch)) : std::string("not a moejit target"));
   } else {
-    fmt::print("gpu none ({})\n", why);
+    fmt::print("driver none\ngpu none ({})\n", why);
   }
   fmt::print("default config {}; bundled: {}\n", moejit::default_config_name(),
              fmt::join(moejit::bundled_config_names(), ", "));

@@ -51,6 +51,7 @@ struct CacheEntryInfo {
   std::string path;
   nlohmann::json manifest;  // empty when unreadable
   bool valid = false;
+  bool trusted = true;      // false: left in place because its directory chain or files may be written by others
   std::string problem;      // why not valid
 };
 
