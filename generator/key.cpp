@@ -201,7 +201,7 @@ KernelKey KernelKey::normalized() const {
   if (k.inline_route && k.experts > 1024)
     throw Error(fmt::format("kernel key {}: inline routing covers at most 1024 experts", str()));
   if (k.precision != ActPrecision::a16)
-    throw Error(fmt::format("kernel key {}: the decode family computes in a16 only", str()));
+    throw Error(fmt::format("kernel key {}: the kernels compute in a16 only (a8 and a4 exist in the CPU reference)", str()));
   if (k.parts < 1 || k.parts > 8) throw Error(fmt::format("kernel key {}: parts must be in [1, 8]", str()));
   if (k.kind != KernelKind::decode_fc2_sum && k.kind != KernelKind::decode_fc1_stream && k.kind != KernelKind::decode_pipe)
     k.parts = 1;

@@ -51,11 +51,13 @@ float e4m3_to_float(uint8_t code) {
   return (code & 0x80) ? -mag : mag;
 }
 
-uint8_t float_to_e4m3(float v) {
+uint8_t float_to_e4m3(float v) { return double_to_e4m3(static_cast<double>(v)); }
+
+uint8_t double_to_e4m3(double v) {
   // NaN -> 0x7F (the canonical NaN, whatever the input's sign), so a NaN never becomes a number.
   if (std::isnan(v)) return 0x7F;
   const uint8_t sign = std::signbit(v) ? 0x80 : 0x00;
-  const double a = std::fabs(static_cast<double>(v));  // infinity saturates below like any large value
+  const double a = std::fabs(v);  // infinity saturates below like any large value
   if (a == 0.0) return sign;
   int e2;
   std::frexp(a, &e2);  // a = f * 2^e2, f in [0.5, 1): unbiased exponent E = e2 - 1

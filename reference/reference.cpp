@@ -6,7 +6,9 @@
 //   scale multiplies the fp64 dot product (x . (c * s)) * g, which is the exact dot product of the
 //   dequantized row up to fp64 rounding;
 // - FC1 and FC2 accumulate in fp64, biases (fp32 values) are added in fp64;
-// - the activation is evaluated in fp64 and rounded once to bf16 (A16 intermediate);
+// - the activation is evaluated in fp64 and rounded once to bf16 (A16 intermediate), or quantized from
+//   its fp64 value to MXFP8 (a8) or NVFP4 (a4) blocks along I, as x is along H in those modes
+//   (reference/activation_quant.cpp);
 // - out[m] = sum over the token's valid slots of w * y in fp64, reported before (out_f64) and after
 //   one rounding to bf16 (out).
 // Slots whose expert id falls outside [expert_begin, expert_begin + E) contribute nothing.
@@ -18,6 +20,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "moejit/codecs.hpp"
@@ -104,10 +107,13 @@ double reference_activation(const LayerSpec& spec, double g, double u) {
   throw Error("reference_activation: invalid activation");
 }
 
-ReferenceOutput reference_forward(const HostLayer& layer, const HostInputs& in, ActPrecision precision) {
-  if (precision != ActPrecision::a16)
-    throw Error("reference_forward: precision " + std::string(to_string(precision)) +
-                " is not implemented by the CPU reference (only a16)");
+ReferenceOutput reference_forward(const HostLayer& layer, const HostInputs& in, ActPrecision precision,
+                                  ActivationScales scales) {
+  if (precision == ActPrecision::a4)
+    for (const auto& [name, v] : {std::pair{"a1_gs", scales.a1_gs}, std::pair{"a2_gs", scales.a2_gs}})
+      if (!(v > 0 && std::isfinite(v)))
+        throw Error(std::string("reference_forward: the a4 global scale ") + name + " must be finite and > 0, got " +
+                    std::to_string(v));
   layer.validate();
   const LayerSpec& spec = layer.spec;
   check_inputs(spec, in);
@@ -124,6 +130,8 @@ ReferenceOutput reference_forward(const HostLayer& layer, const HostInputs& in, 
 
   std::vector<double> x(M * H);
   for (int64_t i = 0; i < M * H; ++i) x[i] = static_cast<double>(bf16_to_float(in.x[i]));
+  if (precision != ActPrecision::a16)  // a16 multiplies the bf16 x as given
+    for (int64_t m = 0; m < M; ++m) quantize_activations(precision, x.data() + m * H, H, scales.a1_gs);
 
   // Slots (m * K + k) per local expert, in slot order; out-of-range ids are dropped here.
   std::vector<std::vector<int64_t>> slots(E);
@@ -159,14 +167,17 @@ ReferenceOutput reference_forward(const HostLayer& layer, const HostInputs& in, 
       }
     });
 
-    // Activation in fp64, rounded once to bf16 (the A16 intermediate).
+    // Activation in fp64, rounded once to the intermediate's precision (bf16 in a16; MXFP8 or NVFP4
+    // blocks along I otherwise).
     a.assign(P * I, 0.0);
-    for (int64_t p = 0; p < P; ++p)
+    for (int64_t p = 0; p < P; ++p) {
       for (int64_t i = 0; i < I; ++i) {
         const double g = h[p * rows + gate_row[i]];
         const double u = gated ? h[p * rows + up_row[i]] : 0.0;
-        a[p * I + i] = static_cast<double>(bf16_to_float(double_to_bf16(reference_activation(spec, g, u))));
+        a[p * I + i] = reference_activation(spec, g, u);
       }
+      quantize_activations(precision, a.data() + p * I, I, scales.a2_gs);
+    }
 
     // FC2 and the weighted sum: out[m_p, r] += w_p * (a_p . W2[e, r] (* global) (+ bias)). Row r of out
     // belongs to one thread; slots are added in slot order, experts in expert order.

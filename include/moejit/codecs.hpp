@@ -23,6 +23,7 @@ inline uint8_t double_to_e2m1(double v) {
 }
 float e4m3_to_float(uint8_t code);    // e4m3fn: bias 7, no inf, 0x7F/0xFF NaN
 uint8_t float_to_e4m3(float v);
+uint8_t double_to_e4m3(double v);     // the same rounding from a double (one rounding, as double_to_e2m1)
 float e8m0_to_float(uint8_t code);    // 2^(code-127), 0xFF NaN
 // Smallest e8m0 code whose value is >= v (v > 0): the scale that keeps v/scale within range.
 uint8_t e8m0_ceil(float v);

@@ -13,9 +13,26 @@ struct ReferenceOutput {
   std::vector<uint16_t> out;     // [M, H] bf16 bits
 };
 
-// Only ActPrecision::a16 is implemented by this reference; other modes throw moejit::Error.
+// The caller's global input scales of the a4 mode (DESIGN §1): a1_gs for x, a2_gs for the intermediate.
+// Other modes ignore them.
+struct ActivationScales {
+  float a1_gs = 1.0f;
+  float a2_gs = 1.0f;
+};
+
+// Every precision mode of DESIGN §1: a16 uses x as given and rounds the intermediate to bf16; a8 and a4
+// quantize x (per token along H) and the intermediate (per routed pair along I, from its fp64 value)
+// with quantize_activations, then multiply the dequantized values exactly. Throws moejit::Error for
+// a4 scales that are not finite and > 0.
 ReferenceOutput reference_forward(const HostLayer& layer, const HostInputs& in,
-                                  ActPrecision precision = ActPrecision::a16);
+                                  ActPrecision precision = ActPrecision::a16, ActivationScales scales = {});
+
+// Elements per activation scale block along K: 1 (a16), 32 (a8, MXFP8), 16 (a4, NVFP4).
+int activation_block(ActPrecision precision);
+// Replaces row[0, n) by its quantized-then-dequantized values in the given mode (rules in
+// reference/activation_quant.cpp and docs/DECISIONS.md): bf16 rounding (a16), MXFP8 (a8), or NVFP4 with
+// global scale `global_scale` (a4; finite and > 0, else moejit::Error). Exact in double.
+void quantize_activations(ActPrecision precision, double* row, int64_t n, double global_scale = 1.0);
 
 // Activation of DESIGN §1 in fp64 (u ignored for relu2, where g is the single FC1 output).
 double reference_activation(const LayerSpec& spec, double g, double u);
