@@ -18,6 +18,7 @@
 #include "moejit/reference.hpp"
 #include "moejit/runtime.hpp"
 #include "moejit/safetensors.hpp"
+#include "scoped_env.hpp"  // ScopedEnv: the planner overrides a case sets, restored at its end
 
 namespace moejit::test {
 
@@ -79,21 +80,6 @@ inline void check_agreement(const Agreement& ag, bool with_cosine) {
   CHECK(ag.max_scaled < kElementTolerance);
   if (with_cosine) CHECK(ag.cosine > kCosineTolerance);
 }
-
-// Unsets the named environment variables (planner overrides a test sets) when the scope ends, so a
-// failed REQUIRE cannot leak them into the next test case.
-class ScopedEnv {
- public:
-  explicit ScopedEnv(std::initializer_list<const char*> names) : names_(names) {}
-  ~ScopedEnv() {
-    for (const char* n : names_) ::unsetenv(n);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::vector<const char*> names_;
-};
 
 // The small layer most GPU cases use: 3 experts (local ids 5..7), top 2, H = 96 (1.5 chunks of K for FC1,
 // 6 row slabs), I = 160 (2.5 chunks of K for FC2), gate/up interleaved for swigluoai; limit 7 for

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -12,28 +13,31 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "cache/entry.hpp"
 #include "moejit/compiler.hpp"
 #include "moejit/error.hpp"
 #include "moejit/generator.hpp"
 #include "moejit/kernel_cache.hpp"
 #include "moejit/key.hpp"
+#include "scoped_env.hpp"
 
 namespace fs = std::filesystem;
 using namespace moejit;
 using nlohmann::json;
+using moejit::test::ScopedEnv;
 
 namespace {
 
@@ -87,21 +91,6 @@ struct StderrCapture {
     return ss.str();
   }
   ~StderrCapture() { finish(); }
-};
-
-// Sets (or unsets, with nullptr) an environment variable for the scope.
-struct EnvVar {
-  std::string name;
-  std::optional<std::string> old;
-  EnvVar(const char* n, const char* value) : name(n) {
-    if (const char* v = std::getenv(n)) old = v;
-    if (value) ::setenv(n, value, 1);
-    else ::unsetenv(n);
-  }
-  ~EnvVar() {
-    if (old) ::setenv(name.c_str(), old->c_str(), 1);
-    else ::unsetenv(name.c_str());
-  }
 };
 
 int count(const std::string& haystack, const std::string& needle) {
@@ -185,6 +174,68 @@ std::string read_text(const std::string& p) {
 void write_text(const std::string& p, const std::string& s) {
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
   out << s;
+}
+
+// The "read-only root" case for a process running as root, which ignores directory permissions. Run in a
+// forked child (plain checks: its Catch2 results would be lost), it drops to nobody, seeds a cache at root
+// (whose parent nobody owns), makes it read-only (chmod 0500) and checks that the existing entry still
+// loads from disk, new kernels compile in memory, the cache degrades, and one warning says so. Failures go
+// to stderr; returns 0 when every check held, kCannotDropRoot when the privileges could not be dropped,
+// 1 otherwise.
+constexpr uid_t kNobody = 65534;
+constexpr int kCannotDropRoot = 100;
+
+int read_only_root_as_nobody(const TempRoot& root) {
+  // Group first (setgid needs root), then the user; afterwards root must be out of reach.
+  if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) {
+    std::fprintf(stderr, "cannot drop root to uid/gid %d: %s\n", static_cast<int>(kNobody), std::strerror(errno));
+    return kCannotDropRoot;
+  }
+  if (::geteuid() != kNobody || ::getegid() != kNobody || ::setuid(0) == 0) {
+    std::fprintf(stderr, "dropping root did not stick (euid %d, egid %d)\n", static_cast<int>(::geteuid()),
+                 static_cast<int>(::getegid()));
+    return kCannotDropRoot;
+  }
+  int failures = 0;
+  const auto expect = [&](bool ok, const char* what) {
+    if (!ok) {
+      std::fprintf(stderr, "FAILED: %s\n", what);
+      ++failures;
+    }
+  };
+  try {
+    const KernelKey k = test_key();
+    {
+      KernelCache seed(opts(root));
+      seed.get(k);
+      expect(seed.compiles() == 1 && !seed.degraded(), "the cache is seeded on disk before it is made read-only");
+    }
+    // Make the whole cache read-only: existing entries still load, new kernels compile in memory.
+    for (auto& e : fs::recursive_directory_iterator(root.path))
+      if (e.is_directory()) ::chmod(e.path().c_str(), 0500);
+    ::chmod(root.path.c_str(), 0500);
+    expect(::access(root.path.c_str(), W_OK) != 0, "the root is not writable for nobody after chmod 0500");
+    StderrCapture err;
+    KernelCache cache(opts(root, false));
+    const bool hit = cache.get(k)->from_disk;
+    auto a = cache.get(test_key(Arch::sm_120a));
+    auto b = cache.get(test_key(Arch::sm_100a));
+    const std::string warnings = err.finish();
+    expect(hit, "the existing entry loads from disk");
+    expect(is_elf(a->cubin) && is_elf(b->cubin), "new kernels compile (cubins)");
+    expect(!a->from_disk && !b->from_disk && cache.compiles() == 2, "new kernels compile in memory");
+    expect(cache.degraded(), "the cache reports itself degraded");
+    expect(count(warnings, "warning") == 1, "exactly one warning");
+    if (failures) std::fprintf(stderr, "the cache's stderr:\n%s\n", warnings.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "FAILED: exception: %s\n", e.what());
+    ++failures;
+  } catch (...) {
+    std::fprintf(stderr, "FAILED: unknown exception\n");
+    ++failures;
+  }
+  std::fflush(stderr);
+  return failures == 0 ? 0 : 1;
 }
 
 }  // namespace
@@ -278,6 +329,32 @@ TEST_CASE("the hash covers architecture, source and every other input", "[cache]
     CHECK(in.contains(field));
   CHECK(in["templates_digest"] == templates_digest());
   CHECK(in["arch"] == "sm_90a");
+
+  // The hash is detail::entry_hash of exactly these inputs, and every one of them changes it: a template
+  // edit (templates_digest), another NVRTC (version or build), other options, another cache schema, ...
+  const std::string h90 = cache.hash_of(k90);
+  CHECK(detail::entry_hash(in) == h90);
+  const auto altered = [&](const std::string& field) {
+    json v = in;
+    json& f = v[field];
+    if (f.is_number_integer()) f = f.get<int>() + 1;
+    else if (f.is_array()) f.push_back("-DMOEJIT_OTHER_OPTION");
+    else f = f.get<std::string>() + "x";
+    return v;
+  };
+  for (const char* field : {"templates_digest", "nvrtc_version", "nvrtc_build", "options", "schema"}) {
+    INFO("altered " << field);
+    CHECK(detail::entry_hash(altered(field)) != h90);
+  }
+  for (const auto& item : in.items()) {  // and the rest: key, arch, entry, source name, source
+    INFO("altered " << item.key());
+    CHECK(detail::entry_hash(altered(item.key())) != h90);
+  }
+  // ... and nothing else does: the cache root is not an input, so another root gives the same hash.
+  CHECK(in.dump().find(root.path) == std::string::npos);
+  TempRoot other_root;
+  CHECK(KernelCache(opts(other_root)).hash_of(k90) == h90);
+  CHECK(KernelCache(opts(other_root)).hash_inputs(k90) == in);
 
   // Both sources end up as separate entries.
   auto a = cache.get(k90);
@@ -445,7 +522,36 @@ TEST_CASE("an unusable cache root degrades to in-memory compiles with one warnin
   }
   SECTION("read-only root (chmod 0500)") {
     if (::geteuid() == 0) {
-      WARN("running as root, which ignores directory permissions: read-only root simulated by the regular-file case");
+      // Root ignores directory permissions (and CI runs as root): the case runs in a child that drops to
+      // nobody, in a temporary root that nobody owns (/tmp/moejit-cache-test-XXXXXX, under /tmp (1777),
+      // chowned to it), and reports by its exit status; what it wrote to stderr comes back in a file.
+      TempRoot root;
+      const fs::path base = fs::path(root.path).parent_path();
+      REQUIRE(::chown(base.c_str(), kNobody, kNobody) == 0);
+      for (auto& e : fs::recursive_directory_iterator(base)) REQUIRE(::lchown(e.path().c_str(), kNobody, kNobody) == 0);
+      char log_tmpl[] = "/tmp/moejit-child-stderr-XXXXXX";
+      const int log_fd = ::mkstemp(log_tmpl);
+      REQUIRE(log_fd >= 0);
+      const std::string log = log_tmpl;
+      std::fflush(stdout);
+      std::fflush(stderr);
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        ::dup2(log_fd, 2);
+        ::_exit(read_only_root_as_nobody(root));
+      }
+      ::close(log_fd);
+      int status = 0;
+      const bool waited = pid > 0 && ::waitpid(pid, &status, 0) == pid;
+      const std::string child_stderr = read_text(log);
+      ::unlink(log.c_str());
+      REQUIRE(pid > 0);
+      REQUIRE(waited);
+      INFO("stderr of the child running as uid " << kNobody << ":\n" << child_stderr);
+      REQUIRE(WIFEXITED(status));
+      if (WEXITSTATUS(status) == kCannotDropRoot)
+        FAIL("running as root, and the read-only-root case cannot drop to uid/gid 65534 (nobody): it did not run");
+      CHECK(WEXITSTATUS(status) == 0);
       return;
     }
     TempRoot root;
@@ -537,6 +643,7 @@ TEST_CASE("entries that other users can write are not trusted", "[cache]") {
     const auto verified = cache.verify();  // reported, never moved
     REQUIRE(verified.size() == 1);
     CHECK_FALSE(verified[0].valid);
+    CHECK_FALSE(verified[0].trusted);
     CHECK(fs::exists(dir + "/kernel.cubin"));
   }
   SECTION("world-writable cubin file") {
@@ -566,8 +673,9 @@ TEST_CASE("MOEJIT_NO_JIT turns a miss into an error", "[cache]") {
     KernelCache prewarm(opts(root));
     prewarm.get(k);
   }
+  ScopedEnv env{"MOEJIT_NO_JIT"};
   SECTION("environment") {
-    EnvVar env("MOEJIT_NO_JIT", "1");
+    env.set("MOEJIT_NO_JIT", "1");
     KernelCache cache(opts(root));
     CHECK(cache.get(k)->from_disk);  // prewarmed keys load
     CHECK_FALSE(cache.contains(missing));
@@ -585,7 +693,7 @@ TEST_CASE("MOEJIT_NO_JIT turns a miss into an error", "[cache]") {
     CHECK_THROWS_AS(cache.get(missing), Error);  // failures are not remembered as successes
   }
   SECTION("option") {
-    EnvVar env("MOEJIT_NO_JIT", nullptr);
+    env.unset("MOEJIT_NO_JIT");
     CacheOptions o = opts(root);
     o.no_jit = true;
     KernelCache cache(o);
@@ -593,7 +701,7 @@ TEST_CASE("MOEJIT_NO_JIT turns a miss into an error", "[cache]") {
     CHECK(cache.compiles() == 0);
   }
   SECTION("MOEJIT_NO_JIT=0 allows compiles") {
-    EnvVar env("MOEJIT_NO_JIT", "0");
+    env.set("MOEJIT_NO_JIT", "0");
     KernelCache cache(opts(root));
     CHECK_FALSE(cache.get(missing)->from_disk);
   }
@@ -605,7 +713,8 @@ TEST_CASE("MOEJIT_NO_JIT says why an entry on disk was not used", "[cache]") {
   TempRoot root;
   const KernelKey k = test_key();
   const std::string dir = published_entry(root, k);
-  EnvVar env("MOEJIT_NO_JIT", "1");
+  ScopedEnv env{"MOEJIT_NO_JIT"};
+  env.set("MOEJIT_NO_JIT", "1");
   auto no_jit_error = [&](KernelCache& cache) -> std::string {
     try {
       cache.get(k);
@@ -823,6 +932,7 @@ TEST_CASE("list, verify, gc and clear", "[cache]") {
     if (!e.valid) {
       ++invalid;
       CHECK(e.path == damaged);
+      CHECK(e.trusted);  // damaged, not someone else's: verify may move it
       CHECK(e.problem.find("bytes") != std::string::npos);
     }
   }
@@ -865,29 +975,30 @@ TEST_CASE("list, verify, gc and clear", "[cache]") {
 }
 
 TEST_CASE("cache root resolution", "[cache]") {
-  EnvVar home("HOME", "/home/someone");
+  ScopedEnv env{"HOME", "MOEJIT_CACHE_DIR", "XDG_CACHE_HOME"};
+  env.set("HOME", "/home/someone");
   SECTION("explicit root wins") {
-    EnvVar a("MOEJIT_CACHE_DIR", "/from/env");
+    env.set("MOEJIT_CACHE_DIR", "/from/env");
     CHECK(KernelCache::resolve_root("/explicit/") == "/explicit");
   }
   SECTION("MOEJIT_CACHE_DIR") {
-    EnvVar a("MOEJIT_CACHE_DIR", "/from/env");
-    EnvVar x("XDG_CACHE_HOME", "/xdg");
+    env.set("MOEJIT_CACHE_DIR", "/from/env");
+    env.set("XDG_CACHE_HOME", "/xdg");
     CHECK(KernelCache::resolve_root("") == "/from/env");
   }
   SECTION("XDG_CACHE_HOME") {
-    EnvVar a("MOEJIT_CACHE_DIR", nullptr);
-    EnvVar x("XDG_CACHE_HOME", "/xdg");
+    env.unset("MOEJIT_CACHE_DIR");
+    env.set("XDG_CACHE_HOME", "/xdg");
     CHECK(KernelCache::resolve_root("") == "/xdg/moejit");
   }
   SECTION("relative XDG_CACHE_HOME is ignored") {
-    EnvVar a("MOEJIT_CACHE_DIR", nullptr);
-    EnvVar x("XDG_CACHE_HOME", "relative");
+    env.unset("MOEJIT_CACHE_DIR");
+    env.set("XDG_CACHE_HOME", "relative");
     CHECK(KernelCache::resolve_root("") == "/home/someone/.cache/moejit");
   }
   SECTION("home") {
-    EnvVar a("MOEJIT_CACHE_DIR", "");
-    EnvVar x("XDG_CACHE_HOME", nullptr);
+    env.set("MOEJIT_CACHE_DIR", "");
+    env.unset("XDG_CACHE_HOME");
     CHECK(KernelCache::resolve_root("") == "/home/someone/.cache/moejit");
     CHECK(KernelCache::resolve_root("~/c") == "/home/someone/c");
   }
@@ -897,7 +1008,7 @@ TEST_CASE("cache root resolution", "[cache]") {
   }
   SECTION("the constructor uses the environment") {
     TempRoot root;
-    EnvVar a("MOEJIT_CACHE_DIR", root.path.c_str());
+    env.set("MOEJIT_CACHE_DIR", root.path.c_str());
     KernelCache cache;
     CHECK(cache.root() == root.path);
   }

@@ -46,11 +46,25 @@ std::string text(const std::vector<char>& b) { return std::string(b.begin(), b.e
 TEST_CASE("nvrtc version strings", "[compiler]") {
   CHECK(std::regex_match(nvrtc_version(), std::regex(R"(\d+\.\d+)")));
   const std::string build = nvrtc_build_id();
-  CHECK_FALSE(build.empty());
-  CHECK(build == nvrtc_build_id());  // computed once, stable
   INFO(build);
+  CHECK_FALSE(build.empty());
   // The build id names the release (e.g. "release 13.0, V13.0.88; CL-...") when NVRTC writes it.
   CHECK(build.find(nvrtc_version()) != std::string::npos);
+  // It is what this NVRTC writes into the header of the PTX it generates ("// Cuda compilation tools,
+  // <tools>" and "// Compiler Build ID: <build>", joined as "<tools>; <build>"), or, where the header
+  // lacks both lines, the plain version.
+  const std::string ptx = text(compile_source(small_kernel(), Arch::sm_90a, /*want_ptx=*/true).binary);
+  const auto header_line = [&](const std::string& prefix) {
+    std::smatch m;
+    return std::regex_search(ptx, m, std::regex("(^|\n)" + prefix + "([^\r\n]*)")) ? m[2].str() : std::string();
+  };
+  const std::string tools = header_line("// Cuda compilation tools, "), id = header_line("// Compiler Build ID: ");
+  INFO("PTX header: tools '" << tools << "', build '" << id << "'");
+  if (tools.empty() && id.empty()) {
+    CHECK(build == nvrtc_version());
+  } else {
+    CHECK(build == tools + "; " + id);
+  }
 }
 
 TEST_CASE("compile options name the exact architecture and never fast math", "[compiler]") {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -403,16 +404,28 @@ TEST_CASE("reference: the five golden layers", "[reference][golden]") {
                                    std::vector<double>(out_f32.begin(), out_f32.end()));
       INFO("rel_l2 " << ag.rel_l2 << " max_abs " << ag.max_abs);
       CHECK(ag.rel_l2 <= 1e-5);
+      REQUIRE(out.size() == out_f32.size());
+      REQUIRE(r.out.size() == out.size());
+      REQUIRE(in.hidden > 0);
       int off_by_one = 0, worse = 0, exact_f32 = 0;
+      std::set<size_t> inexact_rows;  // tokens with an fp32 value that is not reproduced exactly
       for (size_t i = 0; i < out.size(); ++i) {
         const int d = std::abs(static_cast<int>(r.out[i]) - static_cast<int>(out[i]));
         off_by_one += d == 1;
         worse += d > 1;
-        exact_f32 += static_cast<float>(r.out_f64[i]) == out_f32[i];
+        const bool exact = static_cast<float>(r.out_f64[i]) == out_f32[i];
+        exact_f32 += exact;
+        if (!exact) inexact_rows.insert(i / in.hidden);
       }
       INFO(off_by_one << " bf16 values off by one ulp, " << exact_f32 << "/" << out.size() << " fp32 values exact");
       CHECK(worse == 0);
       CHECK(off_by_one <= 1);
+      // out_f32 too: the one difference allowed is one bf16 tie of the intermediate of one (token, expert)
+      // pair, which enters only that token's FC2 sums, so at most that token's row of H values differs. (A
+      // different fp64 summation order alone moves a value by ~1e-16 relative, ~1e-9 of an fp32 ulp: it
+      // is not expected to change any fp32 rounding, and measured, none does.)
+      CHECK(inexact_rows.size() <= 1);
+      CHECK(out.size() - static_cast<size_t>(exact_f32) <= static_cast<size_t>(in.hidden));
     }
   }
 }
@@ -421,8 +434,8 @@ TEST_CASE("reference: argument errors and compare()", "[reference]") {
   const LayerSpec s = spec_of(ScaleFormat::nvfp4, Activation::silu);
   const HostLayer L = blank_layer(s);
   HostInputs in = inputs_of(s, {{0}}, {{1.0f}});
-  CHECK_THROWS_WITH(reference_forward(L, in, ActPrecision::a8), Contains("a8") && Contains("a16"));
-  CHECK_THROWS_WITH(reference_forward(L, in, ActPrecision::a4), Contains("a4"));
+  // a4 needs usable global scales (the modes themselves: tests/test_activation_quant.cpp).
+  CHECK_THROWS_WITH(reference_forward(L, in, ActPrecision::a4, {std::nanf(""), 1.0f}), Contains("a1_gs"));
   HostInputs bad = in;
   bad.x.pop_back();
   CHECK_THROWS_WITH(reference_forward(L, bad), Contains("x has"));
