@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 
 #include "cache/fs.hpp"
-#include "cache/sha256.hpp"
+#include "core/sha256.hpp"
 #include "moejit/error.hpp"
 #include "moejit/kernel_cache.hpp"
 

@@ -6,36 +6,25 @@
 #include <charconv>
 #include <vector>
 
+#include "generator/families/family.hpp"
 #include "moejit/error.hpp"
 
 namespace moejit {
 
 std::string_view to_string(KernelKind k) {
-  switch (k) {
-    case KernelKind::prepare: return "prepare";
-    case KernelKind::route: return "route";
-    case KernelKind::decode_fc1: return "decode_fc1";
-    case KernelKind::decode_fc2: return "decode_fc2";
-    case KernelKind::decode_fused: return "decode_fused";
-    case KernelKind::decode_fc2_sum: return "decode_fc2_sum";
-    case KernelKind::decode_fc1_loop: return "decode_fc1_loop";
-    case KernelKind::decode_fc1_stream: return "decode_fc1_stream";
-    case KernelKind::decode_pipe: return "decode_pipe";
-    case KernelKind::batch_fc1: return "batch_fc1";
-    case KernelKind::batch_fc2: return "batch_fc2";
-  }
+  for (const auto& [kind, name] : detail::family_of(k).kinds)
+    if (kind == k) return name;
   return "?";
 }
 
 KernelKind parse_kernel_kind(std::string_view s) {
-  for (auto k : {KernelKind::prepare, KernelKind::route, KernelKind::decode_fc1, KernelKind::decode_fc2,
-                 KernelKind::decode_fused, KernelKind::decode_fc2_sum, KernelKind::decode_fc1_loop,
-                 KernelKind::decode_fc1_stream, KernelKind::decode_pipe, KernelKind::batch_fc1, KernelKind::batch_fc2})
-    if (to_string(k) == s) return k;
-  throw Error(fmt::format(
-      "kernel kind '{}' is unknown (expected prepare, route, decode_fc1, decode_fc1_loop, decode_fc1_stream, decode_fc2, "
-      "decode_fc2_sum, decode_fused, decode_pipe, batch_fc1 or batch_fc2)",
-      s));
+  std::string names;
+  for (const detail::KernelFamily* f : detail::kernel_families())
+    for (const auto& [kind, name] : f->kinds) {
+      if (name == s) return kind;
+      names += fmt::format("{}{}", names.empty() ? "" : ", ", name);
+    }
+  throw Error(fmt::format("kernel kind '{}' is unknown (expected one of {})", s, names));
 }
 
 std::string KernelKey::str() const {
@@ -145,137 +134,10 @@ KernelKey KernelKey::parse(std::string_view s) {
 }
 
 KernelKey KernelKey::normalized() const {
+  // The kind's family decides what its kernels ignore and cannot build (generator/families/).
   KernelKey k = *this;
-  if (k.kind == KernelKind::prepare) {
-    // One generic repack module per architecture: geometry is passed at run time.
-    KernelKey r;
-    r.kind = KernelKind::prepare;
-    r.arch = k.arch;
-    r.experts = 1;
-    r.warps = 8;
-    r.hidden = 0;
-    r.intermediate = 0;
-    return r;
-  }
-  if (k.experts <= 0) throw Error(fmt::format("kernel key {}: experts must be positive", str()));
-  if (k.warps < 1 || k.warps > 32) throw Error(fmt::format("kernel key {}: warps must be in [1, 32]", str()));
-  if (k.kind == KernelKind::decode_fc1_stream && k.warps > 31)
-    throw Error(fmt::format("kernel key {}: decode_fc1_stream adds a producer warp, so warps must be in [1, 31]", str()));
-  if (k.kind == KernelKind::decode_pipe) {
-    // FC1 consumer warps + the producer warp + `groups` FC2 warps, one CTA per SM, one token tile.
-    if (k.groups < 1 || k.groups > 16)
-      throw Error(fmt::format("kernel key {}: decode_pipe's FC2 warps (groups) must be in [1, 16]", str()));
-    if (k.warps + 1 + k.groups > 32)
-      throw Error(fmt::format("kernel key {}: decode_pipe's {} FC1 warps, producer warp and {} FC2 warps exceed 32 warps",
-                              str(), k.warps, k.groups));
-    if (k.ntiles != 1) throw Error(fmt::format("kernel key {}: decode_pipe serves one token tile (ntiles 1)", str()));
-    k.min_blocks = 1;
-  }
-  if (k.kind == KernelKind::route) {
-    // Routing depends only on the expert count and its block size.
-    KernelKey r;
-    r.kind = KernelKind::route;
-    r.arch = k.arch;
-    r.experts = k.experts;
-    r.warps = k.warps;
-    r.ntiles = 1;
-    r.depth = 1;
-    r.hidden = 0;
-    r.intermediate = 0;
-    return r;
-  }
-  int block = scale_block(k.format);
-  if (k.hidden <= 0 || k.hidden % block)
-    throw Error(fmt::format("kernel key {}: hidden must be a positive multiple of {}", str(), block));
-  if (k.intermediate <= 0 || k.intermediate % block)
-    throw Error(fmt::format("kernel key {}: intermediate must be a positive multiple of {}", str(), block));
-  const bool batch_kind = k.kind == KernelKind::batch_fc1 || k.kind == KernelKind::batch_fc2;
-  if (!batch_kind) k.wgmma = false;
-  // A warpgroup MMA takes up to 256 columns (32 n-tiles); the register-fed MMAs keep up to 8 n-tiles.
-  const int max_ntiles = k.wgmma ? 32 : 8;
-  if (k.ntiles < 1 || k.ntiles > max_ntiles)
-    throw Error(fmt::format("kernel key {}: ntiles must be in [1, {}]", str(), max_ntiles));
-  if (k.depth < 1 || k.depth > 8) throw Error(fmt::format("kernel key {}: depth must be in [1, 8]", str()));
-  if (k.min_blocks < 0 || k.min_blocks > 32)
-    throw Error(fmt::format("kernel key {}: min_blocks must be in [0, 32]", str()));
-  if (k.inline_route && k.experts > 1024)
-    throw Error(fmt::format("kernel key {}: inline routing covers at most 1024 experts", str()));
-  if (k.precision != ActPrecision::a16)
-    throw Error(fmt::format("kernel key {}: the kernels compute in a16 only (a8 and a4 exist in the CPU reference)", str()));
-  if (k.parts < 1 || k.parts > 8) throw Error(fmt::format("kernel key {}: parts must be in [1, 8]", str()));
-  if (k.kind != KernelKind::decode_fc2_sum && k.kind != KernelKind::decode_fc1_stream && k.kind != KernelKind::decode_pipe)
-    k.parts = 1;
-  if (k.kind != KernelKind::decode_pipe && (k.groups < 1 || k.groups > 8))
-    throw Error(fmt::format("kernel key {}: groups must be in [1, 8]", str()));
-  if (k.kind != KernelKind::decode_fc2_sum && k.kind != KernelKind::decode_pipe) k.groups = 1;
-  if (k.slabs != 1 && k.slabs != 2) throw Error(fmt::format("kernel key {}: slabs must be 1 or 2", str()));
-  if (k.kind != KernelKind::decode_fc2_sum && k.kind != KernelKind::batch_fc1 && k.kind != KernelKind::batch_fc2)
-    k.slabs = 1;
-  if (k.slabs > 1 && k.kind == KernelKind::decode_fc2_sum) {
-    if (k.groups != 1)
-      throw Error(fmt::format("kernel key {}: FC2-sum over 2 slabs per CTA keeps each slab in one CTA (groups 1)", str()));
-    if (k.hidden % (16 * k.slabs))
-      throw Error(fmt::format("kernel key {}: hidden must be a multiple of {} rows for {} slabs per CTA", str(),
-                              16 * k.slabs, k.slabs));
-  }
-  // FC2-sum keeps every pair's raw sums per K part and slab in static shared memory, 64 B each: 8 parts x
-  // slabs over 64 pairs (i1), 4 over 128 (i2).
-  if (k.kind == KernelKind::decode_fc2_sum) {
-    const int raw_sums = k.inline_route == 2 ? 4 : 8;
-    if (k.parts * k.slabs > raw_sums)
-      throw Error(fmt::format("kernel key {}: FC2-sum over {} pairs (i{}) takes at most {} parts of raw sums per slab: "
-                              "parts x slabs must be at most {}",
-                              str(), k.inline_route == 2 ? 128 : 64, k.inline_route, raw_sums, raw_sums));
-  }
-  // A slot's K parts must stay in one CTA: its units then form whole blocks of `warps`.
-  if (k.groups > 1 && k.warps % k.parts != 0)
-    throw Error(fmt::format("kernel key {}: with groups > 1 the warps must be a multiple of the parts", str()));
-  if (k.l2_ahead < 0 || k.l2_ahead > 16)
-    throw Error(fmt::format("kernel key {}: l2_ahead must be in [0, 16] chunks", str()));
-  // Only the register-fed kernels walk a ring that can run ahead of (decode_fc1_stream copies whole
-  // stages into shared memory instead).
-  if (k.kind == KernelKind::decode_fc1_stream || k.kind == KernelKind::decode_pipe) k.l2_ahead = 0;
-  // Only FC1's grid kernel stages x (one item per CTA; the layer input is complete at launch).
-  if (k.kind != KernelKind::decode_fc1) k.x_staged = false;
-  if (k.x_staged && k.ntiles != 1)
-    throw Error(fmt::format("kernel key {}: a staged x row serves one 8-column tile (ntiles 1)", str()));
-  if (k.columns != 8 && k.columns != 4)
-    throw Error(fmt::format("kernel key {}: columns must be 8 (a pair in every MMA column) or 4 (even columns)", str()));
-  if ((k.kind == KernelKind::decode_fc2_sum || k.kind == KernelKind::decode_fc1_loop ||
-       k.kind == KernelKind::decode_fc1_stream || k.kind == KernelKind::decode_pipe) &&
-      !k.inline_route)
-    throw Error(fmt::format("kernel key {}: {} routes inline only (i1)", str(), to_string(k.kind)));
-  if (k.kind == KernelKind::batch_fc1 || k.kind == KernelKind::batch_fc2) {
-    // One tile shape: warps x 16 rows by 8 * ntiles pairs, `depth` chunks in flight through shared memory,
-    // behind the route kernel; the decode family's loop variants do not apply.
-    if (k.inline_route)
-      throw Error(fmt::format("kernel key {}: {} reads the route kernel's lists (i0)", str(), to_string(k.kind)));
-    if (k.warps > 16) throw Error(fmt::format("kernel key {}: batch kernels take at most 16 warps", str()));
-    if (k.columns != 8)
-      throw Error(fmt::format("kernel key {}: batch kernels fill every MMA column (columns 8)", str()));
-    if (k.depth < 1 || k.depth > 7)
-      throw Error(fmt::format("kernel key {}: batch kernels keep 1..7 chunks in flight (depth)", str()));
-    k.l2_ahead = 0;
-    if (k.wgmma) {
-      if (k.arch != Arch::sm_90a)
-        throw Error(fmt::format("kernel key {}: warpgroup MMA (m) exists on sm_90a only", str()));
-      if (k.warps % 4)
-        throw Error(fmt::format("kernel key {}: warpgroup MMA kernels take whole warpgroups (warps 4, 8, 12, 16)", str()));
-      if (k.slabs != 1)
-        throw Error(fmt::format("kernel key {}: warpgroup MMA kernels give each warp one slab (no s suffix)", str()));
-      // Stages: one multiplied, one decoded, one or more copied; FC1 stores the layer input a step after
-      // loading it into registers, so one more.
-      const int min_depth = k.kind == KernelKind::batch_fc1 ? 3 : 2;
-      if (k.depth < min_depth)
-        throw Error(fmt::format("kernel key {}: warpgroup MMA {} kernels need depth >= {}", str(), to_string(k.kind),
-                                min_depth));
-    }
-  }
-  if (k.kind == KernelKind::decode_fc2 || k.kind == KernelKind::decode_fc2_sum || k.kind == KernelKind::batch_fc2) {
-    // FC2 does not see the activation; the limit is an FC1 concern.
-    k.activation = Activation::silu;
-    k.limit = false;
-  }
+  detail::family_of(kind).normalize(k, *this);
+  // DESIGN §1 defines the clamp for silu and swigluoai only.
   if (k.activation != Activation::silu && k.activation != Activation::swigluoai) k.limit = false;
   return k;
 }

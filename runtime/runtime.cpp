@@ -19,6 +19,7 @@ using namespace detail;
 
 struct Runtime::Impl {
   RuntimeOptions options;
+  TuningOverrides tuning;  // read once, at construction
   CUcontext ctx = nullptr;
   int sms = 0;
   Arch arch = Arch::sm_90a;
@@ -27,7 +28,11 @@ struct Runtime::Impl {
   ModuleRegistry modules;
   std::mutex prepare_mu;
 
-  explicit Impl(RuntimeOptions o) : options(std::move(o)), cache(options.cache), modules(cache) {}
+  explicit Impl(RuntimeOptions o)
+      : options(std::move(o)),
+        tuning(options.tuning ? *options.tuning : TuningOverrides::from_environment()),
+        cache(options.cache),
+        modules(cache) {}
 };
 
 std::optional<Arch> arch_for_capability(int major, int minor) {
@@ -105,29 +110,6 @@ float limit_arg(const std::optional<float>& given, const LayerSpec& spec) {
   return *given;
 }
 
-void launch_plan(const ForwardContext& ctx) {
-  const Plan& plan = ctx.plan;
-  switch (plan.family) {
-    case Family::decode:
-    {
-      size_t next = 0;
-      if (plan.kernels.at(0).kind == KernelKind::route) launch_route(ctx, plan.kernels.at(next++));
-      if (plan.kernels.at(next).kind == KernelKind::decode_pipe)
-        launch_decode_pipe(ctx, plan.kernels.at(next));
-      else if (plan.launch == DecodeLaunch::cooperative)
-        launch_decode_fused(ctx, plan.kernels.at(next));
-      else
-        launch_decode(ctx, plan.kernels.at(next), plan.kernels.at(next + 1));
-      return;
-    }
-    case Family::batch:
-      launch_route(ctx, plan.kernels.at(0));
-      launch_batch(ctx, plan.kernels.at(1), plan.kernels.at(2));
-      return;
-    case Family::automatic: break;
-  }
-  throw Error("forward: the planner returned no family");
-}
 }  // namespace
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
@@ -150,6 +132,7 @@ int Runtime::sm_count() const { return impl_->sms; }
 Arch Runtime::arch() const { return impl_->arch; }
 std::string Runtime::device_name() const { return impl_->name; }
 KernelCache& Runtime::cache() { return impl_->cache; }
+const TuningOverrides& Runtime::tuning() const { return impl_->tuning; }
 
 std::shared_ptr<PreparedLayer> Runtime::prepare(const DeviceLayerView& layer, StreamHandle stream) {
   std::lock_guard<std::mutex> lock(impl_->prepare_mu);
@@ -201,14 +184,14 @@ size_t Runtime::workspace_size(const PreparedLayer& layer, int max_tokens) const
 }
 
 Plan Runtime::plan(const PreparedLayer& layer, int tokens, Family force) const {
-  return make_plan(layer.spec(), impl_->arch, tokens, impl_->sms, force);
+  return make_plan(layer.spec(), impl_->arch, tokens, impl_->sms, force, impl_->tuning);
 }
 
 void Runtime::prewarm(const PreparedLayer& layer, int max_tokens, Family force) {
   check_max_tokens("prewarm", max_tokens);
   // The repack kernel too, as `moejit prewarm` does, so that prewarm covers every kernel of the layer's
   // spec; preparing the layer on this runtime has loaded it already, and then it is a lookup.
-  std::vector<KernelKey> keys = keys_for_range(layer.spec(), impl_->arch, max_tokens, impl_->sms, force);
+  std::vector<KernelKey> keys = keys_for_range(layer.spec(), impl_->arch, max_tokens, impl_->sms, force, impl_->tuning);
   const KernelKey prep = prepare_key(impl_->arch);
   if (std::find(keys.begin(), keys.end(), prep) == keys.end()) keys.insert(keys.begin(), prep);
   ScopedContext in(impl_->ctx);
@@ -251,7 +234,7 @@ void Runtime::forward(const PreparedLayer& layer_base, const ForwardArgs& a) {
   if (a.workspace_bytes < ws.total)
     throw Error(fmt::format("forward: workspace has {} bytes but {} tokens need {} (size it with workspace_size)",
                             a.workspace_bytes, a.tokens, ws.total));
-  const Plan plan = make_plan(spec, impl_->arch, a.tokens, impl_->sms, a.force);
+  const Plan plan = make_plan(spec, impl_->arch, a.tokens, impl_->sms, a.force, impl_->tuning);
   const ForwardContext ctx{layer, a, ws, plan, impl_->modules, static_cast<CUstream>(a.stream), alpha, beta, limit,
                            impl_->sms};
   ScopedContext in(impl_->ctx);

@@ -10,7 +10,6 @@ namespace moejit::detail {
 struct WorkspaceLayout {
   size_t num_active = 0, active_expert = 0, active_offset = 0, pair_index = 0, counters = 0, act = 0, partial = 0;
   size_t barrier = 0;  // cooperative launch: [arrivals, generation]
-  size_t slot_done = 0;  // decode_pipe: FC1 arrivals per expert slot
   size_t total = 0;
 
   static WorkspaceLayout make(const LayerSpec& spec, int max_tokens) {
@@ -31,7 +30,6 @@ struct WorkspaceLayout {
     w.act = take(pairs * spec.intermediate * sizeof(uint16_t));
     w.partial = take(pairs * spec.hidden * sizeof(float));
     w.barrier = take(2 * sizeof(uint32_t));
-    w.slot_done = take(slots * 128);  // one 128-byte line per slot (templates/moe_decode_pipe.cuh: kSlotLine)
     w.total = at;
     return w;
   }

@@ -2,17 +2,7 @@
 // the route kernel's lists in the workspace, or routing done inside the CTA (inline_route.cuh).
 #pragma once
 #include "inline_route.cuh"
-
-struct RoutingArgs {
-  const i32* num_active;     // route kernel outputs (unused with inline routing)
-  const i32* active_expert;
-  const i32* active_offset;
-  const i32* pair_index;
-  const i32* topk_ids;       // [M*K] global expert ids
-  i32 pairs;                 // M*K
-  i32 expert_begin;
-  i32 top_k;
-};
+#include "routing_params.cuh"
 
 struct ExpertWork {
   int num_active;    // active experts in this call

@@ -15,9 +15,11 @@
 // kernel's lists; CTAs past the real count exit. Every sum has a fixed order (K in chunk order inside the
 // MMA accumulators, the top-k in slot order in batch_combine), so results are bit-reproducible.
 #pragma once
-#include "moe_decode_fc1.cuh"
-#include "moe_decode_fc2.cuh"
 #include "bulk_copy.cuh"
+#include "expert_work.cuh"
+#include "fc1_epilogue.cuh"
+#include "moe_batch_params.cuh"
+#include "slab_mma.cuh"
 
 // The activation tile in shared memory: kTile rows of one 64-wide chunk, 80 bf16 apart (160 bytes), so the
 // 8-byte pieces that the 16 lanes of an LDS.64 phase read (4 rows x 4 quads) fall on 32 distinct banks.
@@ -279,7 +281,7 @@ MOEJIT_DEVICE u32 batch_valid_slabs(int first) {
 
 // FC1: act[q, :] = activation(x[token(q)] . W13[e]^T + b13[e]) as bf16 times 2^64, as decode_fc1 writes it.
 template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kH, int kI, int kWarps, int kNT, int kStages, int kPerWarp>
-__device__ void moe_batch_fc1(const DecodeFc1Params& p) {
+__device__ void moe_batch_fc1(const BatchFc1Params& p) {
   constexpr int kMats = kAct == kActRelu2 ? 1 : 2;
   constexpr int kChunks = (kH + 63) / 64;
   constexpr int kSlabs = kI / 16;
@@ -322,7 +324,7 @@ __device__ void moe_batch_fc1(const DecodeFc1Params& p) {
 
 // FC2: partial[q, :] = w_q * (act[q] . W2[e]^T + b2[e]) in fp32 for every pair; batch_combine sums them.
 template <bool kNvfp4, bool kBias, int kH, int kI, int kWarps, int kNT, int kStages, int kPerWarp>
-__device__ void moe_batch_fc2(const DecodeFc2Params& p) {
+__device__ void moe_batch_fc2(const BatchFc2Params& p) {
   constexpr int kChunks = (kI + 63) / 64;
   constexpr int kSlabs = kH / 16;
   constexpr int kGroups = (kSlabs + kWarps * kPerWarp - 1) / (kWarps * kPerWarp);
@@ -359,7 +361,7 @@ __device__ void moe_batch_fc2(const DecodeFc2Params& p) {
 // out[m, :] = sum over k = 0..K-1 of partial[m*K + k, :] (pairs routed to a local expert only), in bf16.
 // Four outputs per thread, fp32 sums in slot order.
 template <int kE, int kH>
-__device__ void moe_batch_combine(const DecodeFc2Params& p) {
+__device__ void moe_batch_combine(const BatchFc2Params& p) {
   pdl_wait_primary();  // FC2's partial rows
   const int K = p.route.top_k;
   const size_t quads = (size_t)p.tokens * (kH / 4);

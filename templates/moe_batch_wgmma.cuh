@@ -208,7 +208,7 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const*
 // FC1: act[q, :] = activation(x[token(q)] . W13[e]^T + b13[e]) as bf16 times 2^64, each 16-row block in MMA
 // column order (mma_k_position).
 template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kH, int kI, int kWarps, int kNT, int kStages>
-__device__ void moe_batch_wgmma_fc1(const DecodeFc1Params& p) {
+__device__ void moe_batch_wgmma_fc1(const BatchFc1Params& p) {
   constexpr int kMats = kAct == kActRelu2 ? 1 : 2;
   constexpr int kChunks = (kH + 63) / 64;
   constexpr int kSlabs = kI / 16;
@@ -244,7 +244,7 @@ __device__ void moe_batch_wgmma_fc1(const DecodeFc1Params& p) {
 
 // FC2: partial[q, :] = w_q * (act[q] . W2[e]^T + b2[e]) in fp32 for every pair; batch_combine sums them.
 template <bool kNvfp4, bool kBias, int kH, int kI, int kWarps, int kNT, int kStages>
-__device__ void moe_batch_wgmma_fc2(const DecodeFc2Params& p) {
+__device__ void moe_batch_wgmma_fc2(const BatchFc2Params& p) {
   constexpr int kChunks = (kI + 63) / 64;
   constexpr int kSlabs = kH / 16;
   constexpr int kGroups = (kSlabs + kWarps - 1) / kWarps;

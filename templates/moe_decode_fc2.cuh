@@ -7,21 +7,8 @@
 // griddepcontrol.wait, so they overlap FC1's tail.
 #pragma once
 #include "expert_work.cuh"
+#include "moe_decode_params.cuh"
 #include "slab_mma.cuh"
-
-struct DecodeFc2Params {
-  const u32x4* w;            // prepared FC2 weights [E][H/16][chunks][32 lanes] x 16 B
-  const u8* s;              // prepared FC2 scales
-  const float* gscale;       // [E] (NVFP4) or null
-  const float* bias;         // [E][H] or null
-  const u16* act;            // [M*K][I] bf16 times 2^64 from FC1, row q
-  const float* topk_weights; // [M*K]
-  float* partial;            // [M*K][H] fp32, row q
-  i32* counters;             // [H/16], zero on entry, zero again on exit
-  u16* out;                  // [M][H] bf16
-  i32 tokens;
-  RoutingArgs route;
-};
 
 template <bool kNvfp4, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kCols, int kDepth, bool kInline, bool kPrefetchX>
 __device__ void moe_decode_fc2_item(const DecodeFc2Params& p, int slab, int slot) {

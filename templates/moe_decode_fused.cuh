@@ -6,13 +6,6 @@
 #include "moe_decode_fc1.cuh"
 #include "moe_decode_fc2.cuh"
 
-struct DecodeFusedParams {
-  DecodeFc1Params fc1;
-  DecodeFc2Params fc2;
-  u32* barrier;  // [2]: arrivals (0 on entry, 0 again on exit), generation
-  i32 slots;     // active-slot capacity (the two-launch grids' y extent)
-};
-
 template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kE, int kH, int kI, int kWarps, int kNT, int kCols, int kDepth, bool kInline, bool kPrefetchX>
 __device__ void moe_decode_fused(const DecodeFusedParams& p) {
   const int fc1_slabs = kI / 16, fc2_slabs = kH / 16;

@@ -18,19 +18,8 @@
 // 32 pairs per CTA barrier and loaded its ids per 512 pairs: ~100 us at 32,768 pairs.
 #pragma once
 #include "device_core.cuh"
+#include "moe_route_params.cuh"
 #include "trace.cuh"
-
-struct RouteParams {
-  const i32* topk_ids;       // [M*K]
-  i32 pairs;                 // M*K
-  i32 expert_begin;
-  i32* num_active;
-  i32* active_expert;
-  i32* active_offset;
-  i32* pair_index;
-  i32* counters;             // FC2 completion counters to zero
-  i32 num_counters;
-};
 
 constexpr int kRouteBatch = 512;              // pairs per warp batch
 constexpr int kRouteSteps = kRouteBatch / 32;  // 32-pair steps per batch: ids per lane in flight

@@ -3,14 +3,7 @@
 // scale pair; K beyond the logical size is padded with zero codes.
 #pragma once
 #include "fp4_decode.cuh"
-
-struct RepackParams {
-  const u8* src;        // [E][logical rows][K/2] packed e2m1
-  const u8* src_scale;  // [E][logical rows][K/block] scale codes
-  u32x4* dst;           // [E][slabs][chunks][mats][32] runs
-  u8* dst_scale;        // [E][slabs][chunks][mats][8 row groups][64/block blocks][2 rows]
-  i32 experts, slabs, mats, k, chunks, logical_rows, rows_per_mat, block, order;
-};
+#include "prepare_repack_params.cuh"
 
 // Logical row of output row r of matrix mat (0 gate / single, 1 up). order: 0 gate_up, 1 up_gate,
 // 2 interleaved.

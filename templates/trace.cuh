@@ -9,9 +9,7 @@
 // computed (of its last item, in kernels that walk several), 5 work done (before the completion
 // ticket where one is taken), 6 end, 7 kind << 32 | SM id (kind 1 FC1, 2 FC2, 4 the route kernel). Warp record
 // slots (FC2-sum): 0 start, 1 first unit done, 2 last unit done, 3 exit, 4 chunks, 5 units, 7 3 << 32 |
-// SM id. decode_pipe (kind 5): CTA slots 0 start, 1 routed, 3 FC1 consumers done, 4 FC2 warps done, 6
-// end; warp records of FC1 warp 0: slot s (< 8) when the CTA reported expert slot s done; of each FC2
-// warp: slot s when it started on expert slot s (known complete everywhere).
+// SM id.
 // Grids larger than kTraceRecords CTAs (warps) record their first kTraceRecords only.
 #pragma once
 #include "device_core.cuh"

@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -18,9 +21,28 @@
 #include "moejit/reference.hpp"
 #include "moejit/runtime.hpp"
 #include "moejit/safetensors.hpp"
+#include "moejit/tuning.hpp"
 #include "scoped_env.hpp"  // ScopedEnv: the planner overrides a case sets, restored at its end
 
 namespace moejit::test {
+
+// A Runtime planning with the overrides the environment holds now. A Runtime reads them once, when it
+// is constructed (RuntimeOptions::tuning), so the cases that compare planner variants set them through a
+// ScopedEnv and take the Runtime of that set here: one per distinct set, kept for the process. Layers
+// prepared by any of them serve every other (they share the device's primary context).
+inline Runtime& tuned_runtime() {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<Runtime>> by_tuning;
+  const TuningOverrides tuning = TuningOverrides::from_environment();
+  const std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<Runtime>& rt = by_tuning[tuning.describe()];
+  if (!rt) {
+    RuntimeOptions options;
+    options.tuning = tuning;
+    rt = std::make_unique<Runtime>(options);
+  }
+  return *rt;
+}
 
 // GPU output vs fp64 reference: bf16 output rounding alone gives rel_l2 ~1e-3; fp32 tensor-core
 // accumulation, fp32 activations and rare bf16 rounding flips of the intermediate stay well below.

@@ -19,10 +19,8 @@ using namespace moejit;
 using namespace moejit::test;
 
 namespace {
-Runtime& runtime() {
-  static Runtime rt;
-  return rt;
-}
+// The planner overrides a case sets (ScopedEnv) pick the Runtime (gpu_support.hpp: tuned_runtime).
+Runtime& runtime() { return tuned_runtime(); }
 
 std::vector<uint16_t> run_batch(const PreparedLayer& layer, const HostInputs& in) {
   DeviceInputs d = upload_inputs(runtime(), layer, in, in.tokens);

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "generator/families/route.hpp"
 #include "moejit/generator.hpp"
 #include "moejit/runtime.hpp"
 #include "runtime/driver_api.hpp"
@@ -79,7 +80,7 @@ void check_route(Runtime& rt, int experts, int begin, int pairs, double outside,
   p.num_counters = num_counters;
   LaunchShape shape;
   shape.block = static_cast<unsigned>(key.warps * 32);
-  shape.dynamic_smem = static_cast<unsigned>(decode_dynamic_smem(key));
+  shape.dynamic_smem = static_cast<unsigned>(kernel_dynamic_smem(key));
   launch(kernel.function(), shape, nullptr, &p);
   check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
 

@@ -71,26 +71,6 @@ TEST_CASE("the cooperative single-launch variant compiles for both architectures
   }
 }
 
-TEST_CASE("the pipelined one-launch decode compiles for both architectures", "[compile]") {
-  // decode_pipe is planned only with MOEJIT_DECODE_PIPE=on: its planned tile for gpt-oss-120b (MXFP4,
-  // biases, swigluoai) and Qwen3-30B-A3B (NVFP4 silu) at one token, and a one-matrix tile with a single
-  // FC1 warp and FC2 warp.
-  for (Arch arch : {Arch::sm_90a, Arch::sm_120a})
-    for (const char* key_text : {"decode_pipe:{}:mxfp4:swigluoai:a16:E128:H2880:I2880:w16n1d4o1g8c4:b1:l1:i1",
-                                 "decode_pipe:{}:nvfp4:silu:a16:E128:H2048:I768:w16n1d4o1g8c4:b0:l0:i1",
-                                 "decode_pipe:{}:nvfp4:relu2:a16:E16:H96:I160:w1n1d1o1g1:b1:l0:i1"}) {
-      std::string text = key_text;
-      text.replace(text.find("{}"), 2, std::string(to_string(arch)));
-      const KernelKey key = KernelKey::parse(text).normalized();
-      INFO("key " << key.str());
-      CompileOutput out;
-      REQUIRE_NOTHROW(out = compile_source(generate_source(key), arch));
-      CHECK(out.binary.size() > 0);
-      INFO("registers " << out.registers << ", spill bytes " << out.spill_bytes << "\n" << out.log);
-      if (arch == Arch::sm_90a) CHECK(out.spill_bytes <= kMaxSpillBytes);
-    }
-}
-
 TEST_CASE("DeepSeek-V3's decode kernels (streaming FC1, even-column tiles) compile for both architectures",
           "[compile]") {
   // The default config plans no decode_fc1_stream: DeepSeek-V3 does at M = 2..8 (long slabs on several
@@ -116,13 +96,11 @@ TEST_CASE("DeepSeek-V3's decode kernels (streaming FC1, even-column tiles) compi
 TEST_CASE("kernels with the trace records of a -DMOEJIT_TRACE=ON build compile", "[compile][trace]") {
   // CI builds without the option, so the traced template code is checked here: with the define a trace
   // build adds, the generated source of every kernel the default config plans for M = 1..64 (route,
-  // FC1 grid and loop, FC2-sum and split), of DeepSeek-V3's streaming FC1 and of decode_pipe compiles
-  // for sm_90a and holds the record arrays the runtime copies out.
+  // FC1 grid and loop, FC2-sum and split) and of DeepSeek-V3's streaming FC1 compiles for sm_90a and
+  // holds the record arrays the runtime copies out.
   std::vector<KernelKey> keys = keys_for_range(load_model_config(default_config_name()).local(), Arch::sm_90a, 64, 132);
   for (const auto& key : keys_for_range(load_model_config("deepseek-v3").local(), Arch::sm_90a, 8, 132))
     if (key.kind == KernelKind::decode_fc1_stream) keys.push_back(key);
-  // decode_pipe (planned on request only) stamps its own CTA and warp records.
-  keys.push_back(KernelKey::parse("decode_pipe:sm_90a:mxfp4:swigluoai:a16:E128:H2880:I2880:w16n1d3o1g8c4:b1:l1:i1").normalized());
   REQUIRE(std::any_of(keys.begin(), keys.end(), [](const KernelKey& k) { return k.kind == KernelKind::route; }));
   REQUIRE(std::any_of(keys.begin(), keys.end(), [](const KernelKey& k) { return k.kind == KernelKind::decode_fc1_stream; }));
   for (const auto& key : keys) {

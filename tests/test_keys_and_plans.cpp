@@ -11,14 +11,19 @@
 #include <utility>
 #include <vector>
 
-#include "cache/sha256.hpp"
+#include "core/sha256.hpp"
 #include "moejit/error.hpp"
 #include "moejit/generator.hpp"
 #include "moejit/model_config.hpp"
 #include "moejit/planner.hpp"
+#include "moejit/tuning.hpp"
+#include "generator/families/batch.hpp"
+#include "generator/families/decode.hpp"
+#include "generator/families/route.hpp"
 #include "scoped_env.hpp"
 
 using namespace moejit;
+using namespace moejit::detail;
 using moejit::test::ScopedEnv;
 
 namespace {
@@ -40,6 +45,12 @@ LayerSpec tiny_layer() {
   s.hidden = 96;
   s.intermediate = 160;
   return s;
+}
+
+// make_plan under the overrides the environment holds now (a case sets them through a ScopedEnv), read
+// as a Runtime or the CLI reads them: once per plan here, so each line sees the variables as set above it.
+Plan tuned_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Family force = Family::automatic) {
+  return make_plan(spec, arch, tokens, sm_count, force, TuningOverrides::from_environment());
 }
 
 std::vector<KernelKey> sample_keys() {
@@ -401,7 +412,7 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   const LayerSpec ds = load_model_config("deepseek-v3").local();
   // DeepSeek M=1: FC1 grid 128 x 8 = 1024 CTAs fits one wave only at 8 CTAs of 4 warps per SM;
   // FC2-sum: 448 slab CTAs share 132 SMs 4 to an SM, so 8 warps, one per expert (one K part).
-  const Plan d1 = make_plan(ds, Arch::sm_90a, 1, 132);
+  const Plan d1 = tuned_plan(ds, Arch::sm_90a, 1, 132);
   REQUIRE(d1.kernels.size() == 2);
   CHECK(d1.kernels[0].warps == 4);
   CHECK(d1.kernels[0].min_blocks == 8);
@@ -411,7 +422,7 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK(d1.kernels[1].parts == 1);
   // gpt-oss M=1: 720-CTA FC1 grid fits one wave at 6 CTAs per SM (80 registers); FC2-sum: 180 slab
   // CTAs, 16 warps = 4 experts x 4 K parts.
-  const Plan g1 = make_plan(s, Arch::sm_90a, 1, 132);
+  const Plan g1 = tuned_plan(s, Arch::sm_90a, 1, 132);
   CHECK(g1.kernels[0].kind == KernelKind::decode_fc1);
   CHECK(g1.kernels[0].min_blocks == 6);
   CHECK(g1.kernels[1].kind == KernelKind::decode_fc2_sum);
@@ -423,46 +434,46 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   // the activation ring). DeepSeek M=4 (28 chunks per warp) streams its weights through shared memory
   // (3 stages of 16 chunks, 3 CTAs per SM); its M=1 grid is one wave and stays a grid. M <= 4 puts pairs
   // in even MMA columns only, except in NVFP4's register-fed FC1 with long warps.
-  const Plan g4 = make_plan(s, Arch::sm_90a, 4, 132);
+  const Plan g4 = tuned_plan(s, Arch::sm_90a, 4, 132);
   CHECK(g4.kernels[0].kind == KernelKind::decode_fc1_loop);
   CHECK(g4.kernels[0].warps == 4);
   CHECK(g4.kernels[0].columns == 4);
   CHECK(g4.kernels[0].min_blocks == 7);
-  const Plan g8 = make_plan(s, Arch::sm_90a, 8, 132);  // 4 columns up to 8 tokens, so 7 CTAs per SM
+  const Plan g8 = tuned_plan(s, Arch::sm_90a, 8, 132);  // 4 columns up to 8 tokens, so 7 CTAs per SM
   CHECK(g8.kernels[0].kind == KernelKind::decode_fc1_loop);
   CHECK(g8.kernels[0].columns == 4);
   CHECK(g8.kernels[0].min_blocks == 7);
-  const Plan g16 = make_plan(s, Arch::sm_90a, 16, 132);
+  const Plan g16 = tuned_plan(s, Arch::sm_90a, 16, 132);
   CHECK(g16.kernels[0].kind == KernelKind::decode_fc1_loop);
   CHECK(g16.kernels[0].columns == 8);
   CHECK(g16.kernels[0].min_blocks == 6);
   CHECK(decode_activation_ring(g16.kernels[0]));
-  const Plan d4 = make_plan(ds, Arch::sm_90a, 4, 132);
+  const Plan d4 = tuned_plan(ds, Arch::sm_90a, 4, 132);
   CHECK(d4.kernels[0].kind == KernelKind::decode_fc1_stream);
   CHECK(d4.kernels[0].str().find(":w4n1d3o3p4c4:") != std::string::npos);
-  CHECK(decode_dynamic_smem(d4.kernels[0]) == 128 + 3 * 16 * 2 * (512 + 64));
+  CHECK(kernel_dynamic_smem(d4.kernels[0]) == 128 + 3 * 16 * 2 * (512 + 64));
   CHECK(kernel_threads(d4.kernels[0]) == 160);
   CHECK(d4.kernels[0].columns == 4);  // streaming FC1, both formats
   // NVFP4's register-fed FC1 keeps 8 columns on DeepSeek's 28-chunk warps unless x is staged (M = 1),
   // takes 4 on short ones (Qwen3-30B-A3B: H = 2048 is 32 chunks, 4/8/16 per warp at M = 1/2/4).
-  CHECK(make_plan(ds, Arch::sm_90a, 1, 132).kernels[0].columns == 4);
+  CHECK(tuned_plan(ds, Arch::sm_90a, 1, 132).kernels[0].columns == 4);
   env.set("MOEJIT_DECODE_FC1", "grid");
-  CHECK(make_plan(ds, Arch::sm_90a, 2, 132).kernels[0].columns == 8);
+  CHECK(tuned_plan(ds, Arch::sm_90a, 2, 132).kernels[0].columns == 8);
   env.unset("MOEJIT_DECODE_FC1");
   const LayerSpec qw = load_model_config("qwen3-30b-a3b").local();
   for (int m : {1, 2, 4}) {
-    const KernelKey q_fc1 = make_plan(qw, Arch::sm_90a, m, 132).kernels[0];
+    const KernelKey q_fc1 = tuned_plan(qw, Arch::sm_90a, m, 132).kernels[0];
     INFO(q_fc1.str());
     CHECK(q_fc1.kind == KernelKind::decode_fc1);
     CHECK(q_fc1.columns == 4);
   }
-  CHECK(make_plan(qw, Arch::sm_90a, 8, 132).kernels[0].columns == 4);
-  CHECK(make_plan(qw, Arch::sm_90a, 9, 132).kernels[0].columns == 8);
+  CHECK(tuned_plan(qw, Arch::sm_90a, 8, 132).kernels[0].columns == 4);
+  CHECK(tuned_plan(qw, Arch::sm_90a, 9, 132).kernels[0].columns == 8);
   // ... and its 8-column loop gets 96 registers (5 CTAs per SM), where its chunk loop runs without
   // bound checks (the generated source passes the register cap to the template); the 4-column loop at
   // M = 8 keeps 6, the one-matrix loop (Nemotron) 8.
   for (int m : {9, 12, 16}) {
-    const KernelKey q_loop = make_plan(qw, Arch::sm_90a, m, 132).kernels[0];
+    const KernelKey q_loop = tuned_plan(qw, Arch::sm_90a, m, 132).kernels[0];
     INFO(q_loop.str());
     CHECK(q_loop.kind == KernelKind::decode_fc1_loop);
     CHECK(q_loop.min_blocks == 5);
@@ -471,16 +482,16 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
     CHECK(decode_register_cap(q_loop) == 65536 / (5 * 128));
     CHECK(generate_source(q_loop).source.find("#define MOEJIT_REGISTER_CAP 102\n") != std::string::npos);
   }
-  CHECK(make_plan(qw, Arch::sm_90a, 8, 132).kernels[0].min_blocks == 6);
-  CHECK(make_plan(ds, Arch::sm_90a, 8, 132).kernels[0].columns == 4);  // streaming FC1
+  CHECK(tuned_plan(qw, Arch::sm_90a, 8, 132).kernels[0].min_blocks == 6);
+  CHECK(tuned_plan(ds, Arch::sm_90a, 8, 132).kernels[0].columns == 4);  // streaming FC1
   const LayerSpec nemotron = load_model_config("nemotron-3-nano-30b-a3b").local();  // relu2: one matrix
-  CHECK(make_plan(nemotron, Arch::sm_90a, 6, 132).kernels[0].columns == 8);
-  CHECK(make_plan(nemotron, Arch::sm_90a, 6, 132).kernels[0].min_blocks == 8);
+  CHECK(tuned_plan(nemotron, Arch::sm_90a, 6, 132).kernels[0].columns == 8);
+  CHECK(tuned_plan(nemotron, Arch::sm_90a, 6, 132).kernels[0].min_blocks == 8);
   // Qwen3's FC2-sum has one 16-warp CTA per slab and SM (128 slabs): up to 4 tokens capped at 64
   // registers so that it fits beside FC1's last CTA (depth 1), above that the whole register file; 4
   // columns up to 8 tokens.
   for (int m : {1, 2, 4, 5, 8}) {
-    const KernelKey q_fc2 = make_plan(qw, Arch::sm_90a, m, 132).kernels.back();
+    const KernelKey q_fc2 = tuned_plan(qw, Arch::sm_90a, m, 132).kernels.back();
     INFO(q_fc2.str());
     CHECK(q_fc2.kind == KernelKind::decode_fc2_sum);
     CHECK(q_fc2.warps == 16);
@@ -511,47 +522,47 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   // Inline routing: two pairs per lane up to 64 pairs (i1); four up to 128 (i2) where FC2 sums the top-k
   // in one CTA per SM (Qwen3 M = 9-16; not DeepSeek-V3's 448 slabs, nor gpt-oss's uneven 180).
   for (int m : {9, 16}) {
-    const Plan p = make_plan(qw, Arch::sm_90a, m, 132);
+    const Plan p = tuned_plan(qw, Arch::sm_90a, m, 132);
     REQUIRE(p.kernels.size() == 2);
     CHECK(p.kernels[0].inline_route == 2);
     CHECK(p.kernels[1].kind == KernelKind::decode_fc2_sum);
     CHECK(p.kernels[1].inline_route == 2);
-    CHECK(make_plan(ds, Arch::sm_90a, m, 132).kernels.size() == 3);
+    CHECK(tuned_plan(ds, Arch::sm_90a, m, 132).kernels.size() == 3);
   }
-  CHECK(make_plan(ds, Arch::sm_90a, 8, 132).kernels[0].inline_route == 1);
-  CHECK(make_plan(qw, Arch::sm_90a, 17, 132).kernels.size() == 3);
-  CHECK(make_plan(s, Arch::sm_90a, 17, 132).kernels.size() == 3);
+  CHECK(tuned_plan(ds, Arch::sm_90a, 8, 132).kernels[0].inline_route == 1);
+  CHECK(tuned_plan(qw, Arch::sm_90a, 17, 132).kernels.size() == 3);
+  CHECK(tuned_plan(s, Arch::sm_90a, 17, 132).kernels.size() == 3);
   // MOEJIT_DECODE_INLINE_PAIRS lowers the inline-routing threshold (for measuring the cutover).
   env.set("MOEJIT_DECODE_INLINE_PAIRS", "32");
-  CHECK(make_plan(s, Arch::sm_90a, 8, 132).kernels.size() == 2);   // 32 pairs: inline
-  CHECK(make_plan(s, Arch::sm_90a, 9, 132).kernels.size() == 3);   // 36 pairs: the route kernel
+  CHECK(tuned_plan(s, Arch::sm_90a, 8, 132).kernels.size() == 2);   // 32 pairs: inline
+  CHECK(tuned_plan(s, Arch::sm_90a, 9, 132).kernels.size() == 3);   // 36 pairs: the route kernel
   env.set("MOEJIT_DECODE_INLINE_PAIRS", "128");
-  CHECK(make_plan(s, Arch::sm_90a, 32, 132).kernels[0].inline_route == 2);
+  CHECK(tuned_plan(s, Arch::sm_90a, 32, 132).kernels[0].inline_route == 2);
   env.set("MOEJIT_DECODE_INLINE_PAIRS", "129");
-  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("MOEJIT_DECODE_INLINE_PAIRS"));
+  CHECK_THROWS_WITH(tuned_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("MOEJIT_DECODE_INLINE_PAIRS"));
   env.unset("MOEJIT_DECODE_INLINE_PAIRS");
-  CHECK(make_plan(s, Arch::sm_90a, 16, 132).kernels.size() == 2);
+  CHECK(tuned_plan(s, Arch::sm_90a, 16, 132).kernels.size() == 2);
   // A layer whose busiest expert exceeds 32 pairs sizes its tiles for it (3 experts at M = 64).
-  CHECK(make_plan(tiny_layer(), Arch::sm_90a, 64, 132).kernels.back().ntiles == 8);
+  CHECK(tuned_plan(tiny_layer(), Arch::sm_90a, 64, 132).kernels.back().ntiles == 8);
   CHECK(d4.kernels[1].columns == 4);
-  CHECK(make_plan(ds, Arch::sm_90a, 1, 132).kernels[0].kind == KernelKind::decode_fc1);
+  CHECK(tuned_plan(ds, Arch::sm_90a, 1, 132).kernels[0].kind == KernelKind::decode_fc1);
   CHECK(g4.kernels[0].columns == 4);  // MXFP4 FC1
-  CHECK(make_plan(s, Arch::sm_90a, 5, 132).kernels[0].columns == 4);  // FC1 and FC2-sum in 4 columns
-  CHECK(make_plan(s, Arch::sm_90a, 5, 132).kernels[1].columns == 4);  // up to 8 tokens
-  CHECK(make_plan(s, Arch::sm_90a, 8, 132).kernels[1].columns == 4);
-  CHECK(make_plan(s, Arch::sm_90a, 9, 132).kernels[1].columns == 8);
+  CHECK(tuned_plan(s, Arch::sm_90a, 5, 132).kernels[0].columns == 4);  // FC1 and FC2-sum in 4 columns
+  CHECK(tuned_plan(s, Arch::sm_90a, 5, 132).kernels[1].columns == 4);  // up to 8 tokens
+  CHECK(tuned_plan(s, Arch::sm_90a, 8, 132).kernels[1].columns == 4);
+  CHECK(tuned_plan(s, Arch::sm_90a, 9, 132).kernels[1].columns == 8);
   env.set("MOEJIT_DECODE_FC1", "grid");
   env.set("MOEJIT_DECODE_FC2", "split");
-  const Plan g4_grid = make_plan(s, Arch::sm_90a, 4, 132);
+  const Plan g4_grid = tuned_plan(s, Arch::sm_90a, 4, 132);
   env.set("MOEJIT_DECODE_FC1", "loop");
   env.set("MOEJIT_DECODE_FC2", "sum");
-  const Plan g16_forced = make_plan(s, Arch::sm_90a, 16, 132);
-  const Plan g17_forced = make_plan(s, Arch::sm_90a, 17, 132);  // beyond inline routing: not applicable
+  const Plan g16_forced = tuned_plan(s, Arch::sm_90a, 16, 132);
+  const Plan g17_forced = tuned_plan(s, Arch::sm_90a, 17, 132);  // beyond inline routing: not applicable
   env.set("MOEJIT_DECODE_FC2", "both");
-  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("split or sum"));
+  CHECK_THROWS_WITH(tuned_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("split or sum"));
   env.unset("MOEJIT_DECODE_FC2");
   env.set("MOEJIT_DECODE_FC1", "maybe");
-  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("grid, loop or stream"));
+  CHECK_THROWS_WITH(tuned_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("grid, loop or stream"));
   env.unset("MOEJIT_DECODE_FC1");
   env.unset("MOEJIT_DECODE_FC2");
   CHECK(g4_grid.kernels[0].kind == KernelKind::decode_fc1);
@@ -562,15 +573,15 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK(g17_forced.kernels[1].kind == KernelKind::decode_fc1);
   CHECK(g17_forced.kernels[2].kind == KernelKind::decode_fc2);
   // gpt-oss M=2: ~7 experts x 180 slabs = 1260 FC1 CTAs: one wave only as 2-warp CTAs.
-  CHECK(make_plan(s, Arch::sm_90a, 2, 132).kernels[0].warps == 2);
+  CHECK(tuned_plan(s, Arch::sm_90a, 2, 132).kernels[0].warps == 2);
   // A 3-expert toy layer: a grid small enough for 8-warp FC1 CTAs.
-  CHECK(make_plan(tiny_layer(), Arch::sm_90a, 1, 132).kernels[0].warps == 8);
+  CHECK(tuned_plan(tiny_layer(), Arch::sm_90a, 1, 132).kernels[0].warps == 8);
 
   // Tile overrides: fields w, n, d, o, p, c in that order; a streaming FC1 sizes its CTAs per SM from
   // shared memory when o is absent; columns are 8 or 4, and MOEJIT_DECODE_COLUMNS sets both kernels.
   env.set("MOEJIT_DECODE_FC1", "stream");
   env.set("MOEJIT_DECODE_TILE_FC1", "w8d3p2c4");
-  const KernelKey st = make_plan(ds, Arch::sm_90a, 2, 132).kernels[0];
+  const KernelKey st = tuned_plan(ds, Arch::sm_90a, 2, 132).kernels[0];
   CHECK(st.kind == KernelKind::decode_fc1_stream);
   CHECK(st.warps == 8);
   CHECK(st.depth == 3);
@@ -582,24 +593,24 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   // 512 B), the 64-pair inline routing list (16 x 64 + 264 B) and the 1 KiB the driver reserves per CTA:
   // 3, below the 2048 / 288 = 7 the threads allow.
   const int st_ring = 128 + 3 * 8 * 2 * 2 * (512 + 64);
-  CHECK(decode_dynamic_smem(st) == st_ring);
+  CHECK(kernel_dynamic_smem(st) == st_ring);
   CHECK(kernel_threads(st) == (8 + 1) * 32);
   CHECK(decode_ctas_per_sm(st) ==
         std::min(2048 / ((8 + 1) * 32), 228 * 1024 / (st_ring + 8 * 1 * 2 * 512 + (16 * 64 + 264) + 1024)));
   // The FC2-sum kernels ask the L2 for their chunks 2 past the ring; f overrides it (f0: off).
-  CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[1].l2_ahead == 2);
-  CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[0].l2_ahead == 0);
-  CHECK(make_plan(s, Arch::sm_90a, 32, 132).kernels.back().l2_ahead == 0);  // split FC2
+  CHECK(tuned_plan(s, Arch::sm_90a, 1, 132).kernels[1].l2_ahead == 2);
+  CHECK(tuned_plan(s, Arch::sm_90a, 1, 132).kernels[0].l2_ahead == 0);
+  CHECK(tuned_plan(s, Arch::sm_90a, 32, 132).kernels.back().l2_ahead == 0);  // split FC2
   env.set("MOEJIT_DECODE_TILE_FC2", "w16d1o2p4c4f0");
-  CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[1].l2_ahead == 0);
+  CHECK(tuned_plan(s, Arch::sm_90a, 1, 132).kernels[1].l2_ahead == 0);
   env.set("MOEJIT_DECODE_TILE_FC2", "w16d1");
-  CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[1].l2_ahead == 2);
+  CHECK(tuned_plan(s, Arch::sm_90a, 1, 132).kernels[1].l2_ahead == 2);
   // FC2-sum over gpt-oss's uneven grid (180 slabs on 132 SMs): from M = 3, 2 CTAs of 8 warps per slab
   // (3 per SM); one token, two tokens (8 experts x 2 parts fill 16 warps exactly), and DeepSeek-V3's 448
   // slabs keep whole slabs.
   env.unset("MOEJIT_DECODE_TILE_FC2");
-  CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[1].groups == 1);
-  const KernelKey two = make_plan(s, Arch::sm_90a, 2, 132).kernels.back();
+  CHECK(tuned_plan(s, Arch::sm_90a, 1, 132).kernels[1].groups == 1);
+  const KernelKey two = tuned_plan(s, Arch::sm_90a, 2, 132).kernels.back();
   CHECK(two.kind == KernelKind::decode_fc2_sum);
   CHECK(two.groups == 1);
   CHECK(two.warps == 16);
@@ -608,30 +619,30 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK(two.slabs == 2);
   CHECK(two.min_blocks == 1);
   CHECK(two.depth == 2);
-  CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[1].slabs == 1);
+  CHECK(tuned_plan(s, Arch::sm_90a, 1, 132).kernels[1].slabs == 1);
   // A tile override restates the grid: without s it has one slab per CTA, s2 asks for two.
   env.set("MOEJIT_DECODE_TILE_FC2", "w16d2o1p2c4f2");
-  CHECK(make_plan(s, Arch::sm_90a, 2, 132).kernels.back().slabs == 1);
+  CHECK(tuned_plan(s, Arch::sm_90a, 2, 132).kernels.back().slabs == 1);
   env.set("MOEJIT_DECODE_TILE_FC2", "w16d2o1p4s2");
-  CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels.back().slabs == 2);
+  CHECK(tuned_plan(s, Arch::sm_90a, 1, 132).kernels.back().slabs == 2);
   env.set("MOEJIT_DECODE_TILE_FC2", "w16d2o1p2g2");
-  CHECK(make_plan(s, Arch::sm_90a, 2, 132).kernels.back().groups == 2);
+  CHECK(tuned_plan(s, Arch::sm_90a, 2, 132).kernels.back().groups == 2);
   // s2 without g at M = 4, where the planner splits slabs over 2 CTAs: one CTA per slab pair.
   env.unset("MOEJIT_DECODE_TILE_FC2");
-  REQUIRE(make_plan(s, Arch::sm_90a, 4, 132).kernels.back().groups == 2);
+  REQUIRE(tuned_plan(s, Arch::sm_90a, 4, 132).kernels.back().groups == 2);
   env.set("MOEJIT_DECODE_TILE_FC2", "w16d2o1p2s2");
-  CHECK(make_plan(s, Arch::sm_90a, 4, 132).kernels.back().groups == 1);
-  CHECK(make_plan(s, Arch::sm_90a, 4, 132).kernels.back().slabs == 2);
+  CHECK(tuned_plan(s, Arch::sm_90a, 4, 132).kernels.back().groups == 1);
+  CHECK(tuned_plan(s, Arch::sm_90a, 4, 132).kernels.back().slabs == 2);
   env.set("MOEJIT_DECODE_TILE_FC2", "w8d2o3p2g2s2");
-  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 4, 132), Catch::Contains("groups 1"));
+  CHECK_THROWS_WITH(tuned_plan(s, Arch::sm_90a, 4, 132), Catch::Contains("groups 1"));
   env.set("MOEJIT_DECODE_TILE_FC2", "w16d2o1p2s3");
-  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 2, 132), Catch::Contains("must look like"));
+  CHECK_THROWS_WITH(tuned_plan(s, Arch::sm_90a, 2, 132), Catch::Contains("must look like"));
   env.unset("MOEJIT_DECODE_TILE_FC2");
-  for (int m = 3; m <= 16; ++m) CHECK(make_plan(s, Arch::sm_90a, m, 132).kernels.back().slabs == 1);
-  for (int m = 1; m <= 16; ++m) CHECK(make_plan(ds, Arch::sm_90a, m, 132).kernels.back().slabs == 1);
+  for (int m = 3; m <= 16; ++m) CHECK(tuned_plan(s, Arch::sm_90a, m, 132).kernels.back().slabs == 1);
+  for (int m = 1; m <= 16; ++m) CHECK(tuned_plan(ds, Arch::sm_90a, m, 132).kernels.back().slabs == 1);
   int grouped_plans = 0;
   for (int m : {3, 4, 8}) {
-    const KernelKey fc2 = make_plan(s, Arch::sm_90a, m, 132).kernels.back();
+    const KernelKey fc2 = tuned_plan(s, Arch::sm_90a, m, 132).kernels.back();
     CHECK(fc2.kind == KernelKind::decode_fc2_sum);
     CHECK(fc2.groups == 2);
     CHECK(fc2.warps == 8);
@@ -639,21 +650,21 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
     grouped_plans += fc2.groups == 2;
   }
   CHECK(grouped_plans == 3);
-  CHECK(make_plan(ds, Arch::sm_90a, 4, 132).kernels.back().groups == 1);
+  CHECK(tuned_plan(ds, Arch::sm_90a, 4, 132).kernels.back().groups == 1);
   env.set("MOEJIT_DECODE_TILE_FC2", "w8d1o3p2g2");
-  const KernelKey grouped = make_plan(s, Arch::sm_90a, 1, 132).kernels[1];
+  const KernelKey grouped = tuned_plan(s, Arch::sm_90a, 1, 132).kernels[1];
   CHECK(grouped.groups == 2);
   CHECK(grouped.parts == 2);
   CHECK(grouped.warps == 8);
   env.set("MOEJIT_DECODE_TILE_FC2", "w8d1g2p2");
-  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("must look like"));
+  CHECK_THROWS_WITH(tuned_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("must look like"));
   env.set("MOEJIT_DECODE_TILE_FC2", "w8d1p3g2");
-  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("multiple of the parts"));
+  CHECK_THROWS_WITH(tuned_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("multiple of the parts"));
   env.unset("MOEJIT_DECODE_TILE_FC2");
   // n sets the token tiles (1, 2, 4 or 8), right after w.
   env.set("MOEJIT_DECODE_TILE_FC1", "w4n2d1o4");
   env.set("MOEJIT_DECODE_TILE_FC2", "w4n2d1o6");
-  const Plan two_tiles = make_plan(s, Arch::sm_90a, 64, 132);
+  const Plan two_tiles = tuned_plan(s, Arch::sm_90a, 64, 132);
   CHECK(two_tiles.kernels[1].ntiles == 2);
   CHECK(two_tiles.kernels[1].min_blocks == 4);
   CHECK(two_tiles.kernels[2].ntiles == 2);
@@ -661,7 +672,7 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   for (const char* bad : {"w4d1c3", "w4p2d1", "w4d1o2x", "d1w4", "w4d1f17", "w4d1f2c4", "w4d1x2", "w4d1x1f2", "w4n3d1",
                           "w4d1n2", "w4n0d1"}) {
     env.set("MOEJIT_DECODE_TILE_FC1", bad);
-    CHECK_THROWS_WITH(make_plan(ds, Arch::sm_90a, 2, 132), Catch::Contains("must look like"));
+    CHECK_THROWS_WITH(tuned_plan(ds, Arch::sm_90a, 2, 132), Catch::Contains("must look like"));
   }
   env.unset("MOEJIT_DECODE_TILE_FC1");
   env.unset("MOEJIT_DECODE_FC1");
@@ -669,36 +680,36 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   // both formats); gpt-oss's and Qwen3's rings keep their loads; x0/x1 override.
   LayerSpec ds_mx = ds;
   ds_mx.format = ScaleFormat::mxfp4;
-  const KernelKey ds_mx_fc1 = make_plan(ds_mx, Arch::sm_90a, 1, 132).kernels[0];
+  const KernelKey ds_mx_fc1 = tuned_plan(ds_mx, Arch::sm_90a, 1, 132).kernels[0];
   CHECK(ds_mx_fc1.x_staged);
   CHECK(ds_mx_fc1.str().find(":w4n1d1o8c4x:") != std::string::npos);
   CHECK(!decode_activation_ring(ds_mx_fc1));
-  CHECK(!make_plan(ds_mx, Arch::sm_90a, 2, 132).kernels[0].x_staged);
-  CHECK(!make_plan(s, Arch::sm_90a, 1, 132).kernels[0].x_staged);
-  CHECK(decode_activation_ring(make_plan(s, Arch::sm_90a, 1, 132).kernels[0]));
-  const KernelKey ds_fc1 = make_plan(ds, Arch::sm_90a, 1, 132).kernels[0];
+  CHECK(!tuned_plan(ds_mx, Arch::sm_90a, 2, 132).kernels[0].x_staged);
+  CHECK(!tuned_plan(s, Arch::sm_90a, 1, 132).kernels[0].x_staged);
+  CHECK(decode_activation_ring(tuned_plan(s, Arch::sm_90a, 1, 132).kernels[0]));
+  const KernelKey ds_fc1 = tuned_plan(ds, Arch::sm_90a, 1, 132).kernels[0];
   CHECK(ds_fc1.str().find(":w4n1d1o8c4x:") != std::string::npos);
-  CHECK(!make_plan(qw, Arch::sm_90a, 1, 132).kernels[0].x_staged);
+  CHECK(!tuned_plan(qw, Arch::sm_90a, 1, 132).kernels[0].x_staged);
   env.set("MOEJIT_DECODE_TILE_FC1", "w4d1o6c4x1");
-  CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[0].x_staged);
+  CHECK(tuned_plan(s, Arch::sm_90a, 1, 132).kernels[0].x_staged);
   env.set("MOEJIT_DECODE_TILE_FC1", "w4d1o8c4x0");
-  CHECK(!make_plan(ds_mx, Arch::sm_90a, 1, 132).kernels[0].x_staged);
+  CHECK(!tuned_plan(ds_mx, Arch::sm_90a, 1, 132).kernels[0].x_staged);
   env.unset("MOEJIT_DECODE_TILE_FC1");
   env.set("MOEJIT_DECODE_COLUMNS", "8");
-  CHECK(make_plan(s, Arch::sm_90a, 1, 132).kernels[1].columns == 8);
+  CHECK(tuned_plan(s, Arch::sm_90a, 1, 132).kernels[1].columns == 8);
   env.set("MOEJIT_DECODE_COLUMNS", "4");
-  CHECK(make_plan(ds, Arch::sm_90a, 16, 132).kernels[1].columns == 4);
+  CHECK(tuned_plan(ds, Arch::sm_90a, 16, 132).kernels[1].columns == 4);
   env.set("MOEJIT_DECODE_COLUMNS", "6");
-  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("must be 8 or 4"));
+  CHECK_THROWS_WITH(tuned_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("must be 8 or 4"));
   env.unset("MOEJIT_DECODE_COLUMNS");
 
   env.set("MOEJIT_DECODE_LAUNCH", "cooperative");
-  const Plan coop = make_plan(s, Arch::sm_90a, 1, 132);
-  const Plan coop_routed = make_plan(s, Arch::sm_90a, 32, 132);
+  const Plan coop = tuned_plan(s, Arch::sm_90a, 1, 132);
+  const Plan coop_routed = tuned_plan(s, Arch::sm_90a, 32, 132);
   env.set("MOEJIT_DECODE_LAUNCH", "plain");
-  const Plan plain = make_plan(s, Arch::sm_90a, 1, 132);
+  const Plan plain = tuned_plan(s, Arch::sm_90a, 1, 132);
   env.set("MOEJIT_DECODE_LAUNCH", "sometimes");
-  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("pdl, plain or cooperative"));
+  CHECK_THROWS_WITH(tuned_plan(s, Arch::sm_90a, 1, 132), Catch::Contains("pdl, plain or cooperative"));
   env.unset("MOEJIT_DECODE_LAUNCH");
   CHECK(coop.launch == DecodeLaunch::cooperative);
   REQUIRE(coop.kernels.size() == 1);
@@ -709,68 +720,6 @@ TEST_CASE("the planner picks tiles from the grid and the launch structure from M
   CHECK(coop_routed.kernels[1].kind == KernelKind::decode_fused);
   CHECK(plain.launch == DecodeLaunch::plain);
   CHECK(plain.kernels == g1.kernels);
-}
-
-TEST_CASE("decode_pipe keys, plans and shared-memory layouts", "[keys][planner]") {
-  ScopedEnv env{"MOEJIT_DECODE_PIPE"};
-  KernelKey k = KernelKey::parse("decode_pipe:sm_90a:mxfp4:swigluoai:a16:E128:H2880:I2880:w16n1d3o7g8c4:b1:l1:i1");
-  CHECK(k.normalized().min_blocks == 1);  // one CTA per SM whatever the key says
-  CHECK(KernelKey::parse(k.normalized().str()) == k.normalized());
-  CHECK(kernel_threads(k.normalized()) == (16 + 1 + 8) * 32);
-  KernelKey bad = k;
-  bad.groups = 17;
-  CHECK_THROWS_WITH(bad.normalized(), Catch::Contains("FC2 warps"));
-  bad = k;
-  bad.warps = 24;
-  CHECK_THROWS_WITH(bad.normalized(), Catch::Contains("exceed 32 warps"));
-  bad = k;
-  bad.ntiles = 2;
-  CHECK_THROWS_WITH(bad.normalized(), Catch::Contains("one token tile"));
-  bad = k;
-  bad.inline_route = 0;
-  CHECK_THROWS_WITH(bad.normalized(), Catch::Contains("routes inline only"));
-
-  // gpt-oss-120b on 132 SMs: 180 FC2 slabs put two on some CTAs, cut in 4 K ranges of at most 12
-  // chunks for the 8 FC2 warps; 2 of the 4 expert slots fit in shared memory at once.
-  const DecodePipeLayout l = decode_pipe_layout(k, 1, 4, 132);
-  CHECK(l.slots == 4);
-  CHECK(l.fc2_parts == 4);
-  CHECK(l.units_per_warp == 1);
-  CHECK(l.part_chunks == 12);
-  CHECK(l.stage_pairs == 1);
-  CHECK(l.window == 2);
-  CHECK(l.bar_offset == decode_dynamic_smem(k));
-  CHECK(l.buf_offset >= l.bar_offset + 8 * 8 * l.window);
-  CHECK(l.stage_offset >= l.buf_offset + l.window * 8 * 12 * (512 + 32));
-  CHECK(l.acc_offset >= l.stage_offset + l.window * 8 * 12 * 128);
-  CHECK(l.bytes <= kMaxDynamicSmem);
-  // Fewer SMs: more slabs per CTA in longer K ranges, fewer slots resident; on 16 SMs not even one
-  // slot fits (window 0: the planner does not pick the kernel, the launch refuses it).
-  const DecodePipeLayout half = decode_pipe_layout(k, 1, 4, 64);
-  CHECK(half.fc2_parts == 2);
-  // ceil(180 / 64) = 3 slabs per CTA: the 8 FC2 warps cut I's 2880 / 64 = 45 chunks in 8 / 3 = 2 K ranges.
-  CHECK(half.part_chunks == (2880 / 64 + 2 - 1) / 2);
-  CHECK(half.window == 1);
-  CHECK(half.bytes <= kMaxDynamicSmem);
-  const DecodePipeLayout tiny = decode_pipe_layout(k, 2, 4, 16);
-  CHECK(tiny.units_per_warp * 8 >= (180 + 15) / 16 * tiny.fc2_parts);
-  CHECK(tiny.window == 0);
-  CHECK_THROWS_WITH(decode_pipe_layout(k, 0, 4, 132), Catch::Contains("must be positive"));
-  KernelKey other = k;
-  other.kind = KernelKind::decode_fc1_loop;
-  CHECK_THROWS_WITH(decode_pipe_layout(other, 1, 4, 132), Catch::Contains("not a decode_pipe key"));
-
-  // Planned only on request, and then where a slot fits.
-  const LayerSpec spec = gptoss();
-  CHECK(make_plan(spec, Arch::sm_90a, 1, 132).kernels.front().kind != KernelKind::decode_pipe);
-  env.set("MOEJIT_DECODE_PIPE", "on");
-  const Plan pipe = make_plan(spec, Arch::sm_90a, 1, 132);
-  env.set("MOEJIT_DECODE_PIPE", "sideways");
-  CHECK_THROWS_WITH(make_plan(spec, Arch::sm_90a, 1, 132), Catch::Contains("MOEJIT_DECODE_PIPE"));
-  env.unset("MOEJIT_DECODE_PIPE");
-  REQUIRE(pipe.kernels.size() == 1);
-  CHECK(pipe.kernels.front().kind == KernelKind::decode_pipe);
-  CHECK(pipe.kernels.front().inline_route == 1);
 }
 
 TEST_CASE("keys_for_range covers every plan in the range exactly once", "[planner]") {
@@ -786,11 +735,11 @@ TEST_CASE("the batch family: planned past the cutover, forced anywhere, keys nor
   ScopedEnv env{"MOEJIT_BATCH_TILE_FC1", "MOEJIT_BATCH_TILE_FC2"};
   const LayerSpec s = gptoss();
   const int from = batch_from_tokens(s);
-  CHECK(make_plan(s, Arch::sm_90a, from - 1, 132).family == Family::decode);
+  CHECK(tuned_plan(s, Arch::sm_90a, from - 1, 132).family == Family::decode);
   CHECK(from == 192);  // about 6 pairs per expert for gpt-oss-120b's 12.4 MB experts (measured cutover)
   for (int m : {from, 4096, kMaxTokens}) {
     INFO("M=" << m);
-    const Plan p = make_plan(s, Arch::sm_90a, m, 132);
+    const Plan p = tuned_plan(s, Arch::sm_90a, m, 132);
     CHECK(p.family == Family::batch);
     REQUIRE(p.kernels.size() == 3);
     CHECK(p.kernels[0].kind == KernelKind::route);
@@ -805,7 +754,7 @@ TEST_CASE("the batch family: planned past the cutover, forced anywhere, keys nor
     CHECK(p.kernels[2].wgmma == p.kernels[1].wgmma);
     CHECK(p.kernels[2].slabs == p.kernels[1].slabs);
     // sm_120a has no warpgroup MMA: the widest register tile, two slabs per warp.
-    const Plan q = make_plan(s, Arch::sm_120a, m, 84);
+    const Plan q = tuned_plan(s, Arch::sm_120a, m, 84);
     CHECK_FALSE(q.kernels.at(1).wgmma);
     CHECK(q.kernels.at(1).slabs == (m == from ? 1 : 2));
   }
@@ -831,13 +780,13 @@ TEST_CASE("the batch family: planned past the cutover, forced anywhere, keys nor
   CHECK(tile(Arch::sm_120a, 1279) == "4");
   CHECK(tile(Arch::sm_120a, 1280) == "8");
   for (int m : {448, 832, 1280, 1536}) {
-    const Plan w = make_plan(s, Arch::sm_90a, m, 132);
+    const Plan w = tuned_plan(s, Arch::sm_90a, m, 132);
     CHECK(w.kernels.at(1).warps == 8);
     CHECK(w.kernels.at(1).min_blocks == 2);
     CHECK(w.kernels.at(2).wgmma);
     CHECK(w.kernels.at(2).ntiles == w.kernels.at(1).ntiles);
   }
-  CHECK(make_plan(s, Arch::sm_120a, 448, 84).kernels.at(1).slabs == 2);  // 4 column tiles: two slabs per warp
+  CHECK(tuned_plan(s, Arch::sm_120a, 448, 84).kernels.at(1).slabs == 2);  // 4 column tiles: two slabs per warp
   // Never while the decode family routes inside its CTAs (a 3-expert layer gets 42 pairs per expert at
   // M = 64, all 128 pairs routed inline), and never past the decode family's last token count.
   CHECK(batch_from_tokens(tiny_layer()) == kInlineRouteMaxPairs / tiny_layer().top_k + 1);
@@ -872,12 +821,12 @@ TEST_CASE("the batch family: planned past the cutover, forced anywhere, keys nor
 
   // The tile override: MOEJIT_BATCH_TILE_FC1 / _FC2.
   env.set("MOEJIT_BATCH_TILE_FC1", "w8n4d1o2");
-  const Plan over = make_plan(s, Arch::sm_120a, 600, 84);  // FC2 planned: 4 register column tiles, 2 slabs
+  const Plan over = tuned_plan(s, Arch::sm_120a, 600, 84);  // FC2 planned: 4 register column tiles, 2 slabs
   env.unset("MOEJIT_BATCH_TILE_FC1");
   env.set("MOEJIT_BATCH_TILE_FC2", "w4n32d2o1m1");
-  const Plan wide = make_plan(s, Arch::sm_90a, 4096, 132);
+  const Plan wide = tuned_plan(s, Arch::sm_90a, 4096, 132);
   env.set("MOEJIT_BATCH_TILE_FC2", "w4n8d3");
-  const Plan narrow = make_plan(s, Arch::sm_90a, 4096, 132);
+  const Plan narrow = tuned_plan(s, Arch::sm_90a, 4096, 132);
   env.unset("MOEJIT_BATCH_TILE_FC2");
   CHECK(wide.kernels.at(2).wgmma);
   CHECK(wide.kernels.at(2).ntiles == 32);  // 256 pairs per warpgroup MMA
@@ -914,7 +863,7 @@ TEST_CASE("the batch family: planned past the cutover, forced anywhere, keys nor
   w = wide.kernels.at(2);
   w.wgmma = false;
   CHECK_THROWS_WITH(w.normalized(), Catch::Contains("ntiles must be in [1, 8]"));  // register MMAs: 64 pairs at most
-  KernelKey d = make_plan(s, Arch::sm_90a, 1, 132).kernels.at(0);
+  KernelKey d = tuned_plan(s, Arch::sm_90a, 1, 132).kernels.at(0);
   d.wgmma = true;
   CHECK_FALSE(d.normalized().wgmma);  // other kinds ignore it
 }

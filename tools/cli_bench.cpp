@@ -429,11 +429,14 @@ int cmd_bench(int argc, char** argv) {
   const int max_m = *std::max_element(tokens.begin(), tokens.end());
   const Arch arch = *gpu.info.arch;
   const int sms = gpu.info.sm_count;
-  const PrewarmSummary pw = parallel_prewarm(prewarm_keys(local, arch, max_m, sms, force), jobs);
+  const TuningOverrides tuning = TuningOverrides::from_environment();  // read once for every plan below
+  const PrewarmSummary pw = parallel_prewarm(prewarm_keys(local, arch, max_m, sms, force, tuning), jobs);
   print_prewarm_summary(pw, fmt::format("{} {}", cfg.name, to_string(arch)));
   if (pw.failed) return kExitFailed;
 
-  Runtime rt;
+  RuntimeOptions options;
+  options.tuning = tuning;  // the plans prewarmed above
+  Runtime rt(options);
   std::shared_ptr<PreparedLayer> prepared;
   {
     const HostLayer layer = make_random_code_layer(local, static_cast<uint64_t>(seed));

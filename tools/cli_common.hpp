@@ -118,8 +118,8 @@ struct PrewarmSummary {
 
 // Every key a layer needs for 1..max_tokens on arch (keys_for_range plus the architecture's prepare
 // kernel, which Runtime::prepare launches).
-std::vector<KernelKey> prewarm_keys(const LayerSpec& spec, Arch arch, int max_tokens, int sm_count,
-                                    Family force = Family::automatic);
+std::vector<KernelKey> prewarm_keys(const LayerSpec& spec, Arch arch, int max_tokens, int sm_count, Family force,
+                                    const TuningOverrides& tuning);
 // Compiles keys into the on-disk cache in `jobs` forked worker processes (NVRTC serializes compiles
 // inside one process, so processes are what scales). Keys are handed out one at a time, so a slow
 // kernel never stalls a worker's share. Draws a progress line on stderr. Must be called before this
@@ -130,8 +130,8 @@ void print_prewarm_summary(const PrewarmSummary& s, const std::string& what);
 // ---- plan ---------------------------------------------------------------------------------------
 
 // Prints M -> family and kernels, with consecutive M of identical plans merged into ranges.
-void print_plan_table(const LayerSpec& spec, Arch arch, int sm_count, const std::vector<int>& tokens,
-                      Family force = Family::automatic);
+void print_plan_table(const LayerSpec& spec, Arch arch, int sm_count, const std::vector<int>& tokens, Family force,
+                      const TuningOverrides& tuning);
 
 // ---- cache --------------------------------------------------------------------------------------
 

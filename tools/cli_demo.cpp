@@ -24,18 +24,19 @@ namespace {
 int demo_without_gpu(const ModelConfig& cfg, const LayerSpec& local, const std::string& why, int jobs, int max_m) {
   const Arch arch = Arch::sm_90a;
   const int sms = 132;  // H200
+  const TuningOverrides tuning = TuningOverrides::from_environment();  // read once for every plan below
   fmt::print("no usable GPU: {}\n", why);
   fmt::print("=> prewarming the kernel cache for {} (H200, {} SMs) as an operator would before starting a server,\n"
              "   then showing the plan; run the demo on a machine with a GPU to execute, check and time the layer.\n\n",
              to_string(arch), sms);
   fmt::print("[1/3] prewarm {} ({}) for {}, M 1..{}\n", cfg.name, describe_spec(local), to_string(arch), max_m);
   std::fflush(stdout);
-  const PrewarmSummary s = parallel_prewarm(prewarm_keys(local, arch, max_m, sms), jobs);
+  const PrewarmSummary s = parallel_prewarm(prewarm_keys(local, arch, max_m, sms, Family::automatic, tuning), jobs);
   print_prewarm_summary(s, fmt::format("{} {}", cfg.name, to_string(arch)));
   fmt::print("\n[2/3] plan for M = 1..{} on {}\n", max_m, to_string(arch));
   std::vector<int> tokens;
   for (int m = 1; m <= max_m; ++m) tokens.push_back(m);
-  print_plan_table(local, arch, sms, tokens);
+  print_plan_table(local, arch, sms, tokens, Family::automatic, tuning);
   fmt::print("\n[3/3] cache contents\n");
   CacheOptions opts;
   opts.no_jit = true;
@@ -50,14 +51,17 @@ int demo_with_gpu(const ModelConfig& cfg, const LayerSpec& local, int jobs, int 
   const Arch arch = *gpu.info.arch;
   const int sms = gpu.info.sm_count;
   const std::string device = gpu.info.name;
+  const TuningOverrides tuning = TuningOverrides::from_environment();  // read once for every plan below
   fmt::print("GPU: {} ({}, {} SMs)\n\n[1/3] prewarm {} ({}) for {}, M 1..{}\n", device, to_string(arch), sms, cfg.name,
              describe_spec(local), to_string(arch), max_m);
   std::fflush(stdout);
-  const PrewarmSummary pw = parallel_prewarm(prewarm_keys(local, arch, max_m, sms), jobs);
+  const PrewarmSummary pw = parallel_prewarm(prewarm_keys(local, arch, max_m, sms, Family::automatic, tuning), jobs);
   print_prewarm_summary(pw, fmt::format("{} {}", cfg.name, to_string(arch)));
   if (pw.failed) return kExitFailed;
 
-  Runtime rt;
+  RuntimeOptions options;
+  options.tuning = tuning;  // the plans prewarmed above
+  Runtime rt(options);
   std::shared_ptr<PreparedLayer> prepared;
   HostLayer layer;
   {

@@ -10,7 +10,8 @@
 
 namespace moejit::cli {
 
-void print_plan_table(const LayerSpec& spec, Arch arch, int sm_count, const std::vector<int>& tokens, Family force) {
+void print_plan_table(const LayerSpec& spec, Arch arch, int sm_count, const std::vector<int>& tokens, Family force,
+                      const TuningOverrides& tuning) {
   struct Row {
     int first = 0, last = 0;
     std::string family;
@@ -23,7 +24,7 @@ void print_plan_table(const LayerSpec& spec, Arch arch, int sm_count, const std:
     Row r;
     r.first = r.last = m;
     try {
-      const Plan p = make_plan(spec, arch, m, sm_count, force);
+      const Plan p = make_plan(spec, arch, m, sm_count, force, tuning);
       r.family = std::string(to_string(p.family));
       for (const auto& k : p.kernels) {
         r.kernels.push_back(k.str());
@@ -93,7 +94,7 @@ int cmd_plan(int argc, char** argv) {
   fmt::print("plan {} ({})\n  arch {}, {} SMs{}, tp={} ep={} ep_rank={}\n", cfg.name, describe_spec(local),
              note.empty() ? std::string(to_string(arch)) : note, sms, sm_note.empty() ? "" : " (" + sm_note + ")",
              cfg.tp, cfg.ep, cfg.ep_rank);
-  print_plan_table(local, arch, sms, tokens, force);
+  print_plan_table(local, arch, sms, tokens, force, TuningOverrides::from_environment());
   return kExitOk;
 }
 

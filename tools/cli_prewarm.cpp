@@ -95,8 +95,9 @@ struct Worker {
 
 }  // namespace
 
-std::vector<KernelKey> prewarm_keys(const LayerSpec& spec, Arch arch, int max_tokens, int sm_count, Family force) {
-  std::vector<KernelKey> keys = keys_for_range(spec, arch, max_tokens, sm_count, force);
+std::vector<KernelKey> prewarm_keys(const LayerSpec& spec, Arch arch, int max_tokens, int sm_count, Family force,
+                                    const TuningOverrides& tuning) {
+  std::vector<KernelKey> keys = keys_for_range(spec, arch, max_tokens, sm_count, force, tuning);
   KernelKey prep;
   prep.kind = KernelKind::prepare;
   prep.arch = arch;
@@ -305,7 +306,7 @@ int cmd_prewarm(int argc, char** argv) {
   const int sms = sm_count_from_args(args, arch, &sm_note);
   if (!sm_note.empty()) fmt::print(stderr, "moejit prewarm: note: planning for {} SMs, {}\n", sms, sm_note);
   const LayerSpec local = cfg.local();
-  const auto keys = prewarm_keys(local, arch, max_tokens, sms);
+  const auto keys = prewarm_keys(local, arch, max_tokens, sms, Family::automatic, TuningOverrides::from_environment());
   if (env_flag("MOEJIT_NO_JIT")) {
     // Servers run with MOEJIT_NO_JIT=1 so that they never compile; prewarm is how their cache gets filled.
     fmt::print(stderr, "moejit prewarm: note: ignoring MOEJIT_NO_JIT={} (prewarm compiles what is missing)\n",

@@ -10,9 +10,7 @@ when the runtime unloads its modules, so DIR holds the last forward of every ker
 microseconds from the first FC1 CTA's start (templates/trace.cuh lists the record slots; "first chunk"
 is warp 0's first chunk of the CTA's last item where a CTA walks several). Per phase:
 quantiles over CTAs; then the same split by how many of the kernel's CTAs shared an SM (where an SM
-holding more CTAs finishes later, the grid is uneven), and FC2-sum's per-warp chunk rate. A decode_pipe
-forward (MOEJIT_DECODE_PIPE=on) prints its CTAs' phases and, per expert slot, when the CTAs reported
-their FC1 rows done and when the FC2 warps started on it.
+holding more CTAs finishes later, the grid is uneven), and FC2-sum's per-warp chunk rate.
 """
 import glob
 import os
@@ -21,7 +19,7 @@ import struct
 import sys
 from collections import Counter
 
-FC1, FC2, WARP, ROUTE, PIPE = 1, 2, 3, 4, 5
+FC1, FC2, WARP, ROUTE = 1, 2, 3, 4
 
 
 def records(path):
@@ -48,39 +46,10 @@ def latest(dirpath, prefix, suffix):
     return best
 
 
-def pipe_timeline(d, pipe):
-    """decode_pipe (FC1 and FC2 in one launch): the CTAs' phases, then per expert slot (the first 8) when
-    each CTA reported its FC1 rows done and when the FC2 warps started on it."""
-    path, recs, _ = pipe
-    ctas = [r for r in recs if r[7] >> 32 == PIPE]
-    t0 = min(r[0] for r in ctas)
-    us = lambda t: (t - t0) / 1000.0
-    m = re.search(r"_w(\d+)n\d+d\d+o\d+(?:p\d+)?(?:g(\d+))?", os.path.basename(path))
-    fc1_warps, fc2_warps = int(m.group(1)), int(m.group(2) or 1)
-    per_cta = fc1_warps + 1 + fc2_warps
-    print(f"pipe {os.path.basename(path)}: {len(ctas)} CTAs, {fc1_warps} FC1 + 1 producer + {fc2_warps} FC2 warps")
-    for name, slot in (("start", 0), ("routed", 1), ("FC1 done", 3), ("FC2 done", 4), ("end", 6)):
-        print(f"{name:>18}: {quantiles([us(r[slot]) for r in ctas if r[slot] >= t0])}")
-    warps = records(path[: -len("cta.bin")] + "warp.bin")
-    for s in range(8):
-        signal = [us(warps[c[8] * per_cta][s]) for c in ctas
-                  if c[8] * per_cta < len(warps) and warps[c[8] * per_cta][s] >= t0]
-        start = [us(warps[c[8] * per_cta + w][s]) for c in ctas for w in range(fc1_warps + 1, per_cta)
-                 if c[8] * per_cta + w < len(warps) and warps[c[8] * per_cta + w][s] >= t0]
-        if signal:
-            print(f"{'slot %d FC1 done' % s:>18}: {quantiles(signal)}")
-        if start:
-            print(f"{'slot %d FC2 starts' % s:>18}: {quantiles(start)}")
-
-
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     d = sys.argv[1]
-    pipe = latest(d, "decode_pipe_", "cta")
-    if pipe:
-        pipe_timeline(d, pipe)
-        return
     fc1, fc2 = latest(d, "decode_fc1_", "cta"), latest(d, "decode_fc2", "cta")
     if not fc1 or not fc2:
         sys.exit(f"{d}: no FC1/FC2 trace records (a -DMOEJIT_TRACE=ON build with MOEJIT_TRACE_DIR set; the "

@@ -9,20 +9,13 @@
 
 namespace moejit {
 
-// Kernel kinds. prepare repacks logical weights into the kernels' layout. The decode family is route + decode_fc1 + decode_fc2 (tensor-core MMA with FP4 decoded
-// in registers, tokens on the narrow N side of the MMA); decode_fc2_sum replaces decode_fc2 for few
-// pairs (one CTA per output slab sums the top-k experts itself), decode_fc1_loop replaces decode_fc1
-// for few pairs on grids of several waves (one wave of CTAs walks the items), decode_fc1_stream is that loop
-// with the weights streamed through shared memory by a producer warp (depth = stages of the ring, parts =
-// chunks per consumer warp and stage); decode_fused is FC1 and FC2 in one cooperative launch with a grid
-// barrier (MOEJIT_DECODE_LAUNCH=cooperative, for comparison); decode_pipe is FC1 and FC2 in one
-// co-resident launch pipelined by expert slot (templates/moe_decode_pipe.cuh: warps = FC1 consumer
-// warps, depth = FC1 ring stages, parts = chunks per consumer warp and stage, groups = FC2 warps). The batch
-// family is route + batch_fc1 + batch_fc2 (templates/moe_batch.cuh: a CTA multiplies `warps` 16-row slabs
-// of one expert by a tile of 8 * ntiles of its pairs staged in shared memory; batch_fc2's module also
-// holds the top-k combine).
+// Kernel kinds, each of one family (generator/families/: prepare, route, decode, batch). prepare repacks
+// logical weights into the kernels' layout; route builds the routed pairs' lists; the decode family is
+// decode_fc1 (or decode_fc1_loop, decode_fc1_stream) + decode_fc2 (or decode_fc2_sum), or decode_fused
+// in one cooperative launch; the batch family is batch_fc1 + batch_fc2 (whose module holds the top-k
+// combine). generator/families/decode.hpp and batch.hpp describe each kind.
 enum class KernelKind { prepare, route, decode_fc1, decode_fc2, decode_fused, decode_fc2_sum, decode_fc1_loop,
-                        decode_fc1_stream, decode_pipe, batch_fc1, batch_fc2 };
+                        decode_fc1_stream, batch_fc1, batch_fc2 };
 std::string_view to_string(KernelKind k);
 KernelKind parse_kernel_kind(std::string_view s);
 

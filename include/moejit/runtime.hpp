@@ -36,6 +36,10 @@ using StreamHandle = void*;  // a CUstream (nullptr: the legacy default stream)
 struct RuntimeOptions {
   int device = 0;        // CUDA device ordinal
   CacheOptions cache;    // where cubins live
+  // The planner's overrides for every plan of this Runtime (prepare's, prewarm's and forward's). Unset:
+  // read from the environment (MOEJIT_DECODE_*, MOEJIT_BATCH_TILE_*) once, by the constructor, which
+  // throws moejit::Error for a malformed one. Later environment changes do not change the plans.
+  std::optional<TuningOverrides> tuning;
 };
 
 // Logical weights (DESIGN §3 layout) already in device memory; tensors the spec does not use must be 0.
@@ -99,7 +103,10 @@ class Runtime {
   // device (its weights are that device's memory) is refused.
   void forward(const PreparedLayer& layer, const ForwardArgs& args);
 
+  // The plan forward runs for `tokens` tokens (make_plan with this Runtime's device and tuning()).
   Plan plan(const PreparedLayer& layer, int tokens, Family force = Family::automatic) const;
+  // The planner overrides this Runtime was constructed with (RuntimeOptions::tuning).
+  const TuningOverrides& tuning() const;
   int device() const;
   int sm_count() const;
   Arch arch() const;

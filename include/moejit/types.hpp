@@ -12,19 +12,28 @@ enum class Activation { silu, gelu_tanh, relu2, swigluoai };
 enum class ActPrecision { a16, a8, a4 };
 enum class GateUpOrder { gate_up, up_gate, interleaved };
 enum class Arch { sm_90a, sm_100a, sm_120a };
+// Kernel families a forward can run (automatic: the planner's choice by M).
+enum class Family { automatic, decode, batch };
+// How the decode family's FC1 and FC2 are launched: FC2 as a programmatic dependent of FC1 (default,
+// measured fastest), two plain launches, or one cooperative launch with a grid barrier (decode_fused).
+enum class DecodeLaunch { pdl, plain, cooperative };
 
-// Canonical names ("nvfp4", "swigluoai", "a16", "interleaved", "sm_90a"). parse_* throw moejit::Error
+// Canonical names ("nvfp4", "swigluoai", "a16", "interleaved", "sm_90a", "auto", "pdl"). parse_* throw moejit::Error
 // naming the field and the accepted values.
 std::string_view to_string(ScaleFormat v);
 std::string_view to_string(Activation v);
 std::string_view to_string(ActPrecision v);
 std::string_view to_string(GateUpOrder v);
 std::string_view to_string(Arch v);
+std::string_view to_string(Family v);  // "auto", "decode", "batch"
+std::string_view to_string(DecodeLaunch v);
 ScaleFormat parse_scale_format(std::string_view s);
 Activation parse_activation(std::string_view s);
 ActPrecision parse_act_precision(std::string_view s);
 GateUpOrder parse_gate_up_order(std::string_view s);
 Arch parse_arch(std::string_view s);
+Family parse_family(std::string_view s);
+DecodeLaunch parse_decode_launch(std::string_view s);
 
 inline bool is_gated(Activation a) { return a != Activation::relu2; }
 // Elements per scale along K: 16 (NVFP4, e4m3 scales) or 32 (MXFP4, e8m0 scales).

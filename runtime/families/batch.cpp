@@ -8,7 +8,6 @@
 #include <algorithm>
 
 #include "moejit/error.hpp"
-
 #include "moejit/generator.hpp"
 #include "runtime/families/families.hpp"
 #include "runtime/kernel_params.hpp"
@@ -32,24 +31,63 @@ unsigned batch_grid(const ForwardContext& ctx, const KernelKey& key, int rows) {
   return static_cast<unsigned>(tiles * groups);
 }
 
+BatchFc1Params fc1_params(const ForwardContext& ctx) {
+  const auto& L = ctx.layer;
+  BatchFc1Params p{};
+  p.w = L.fc1_w.ptr();
+  p.s = L.fc1_s.ptr();
+  p.gscale = L.fc1_gs.ptr();
+  p.bias = L.fc1_bias.ptr();
+  p.x = ctx.args.x;
+  p.act = ctx.args.workspace + ctx.ws.act;
+  p.alpha = ctx.alpha;
+  p.beta = ctx.beta;
+  p.limit = ctx.limit;
+  p.route = routing_args(ctx);
+  return p;
+}
+
+BatchFc2Params fc2_params(const ForwardContext& ctx) {
+  const DevicePtr ws = ctx.args.workspace;
+  const auto& L = ctx.layer;
+  BatchFc2Params p{};
+  p.w = L.fc2_w.ptr();
+  p.s = L.fc2_s.ptr();
+  p.gscale = L.fc2_gs.ptr();
+  p.bias = L.fc2_bias.ptr();
+  p.act = ws + ctx.ws.act;
+  p.topk_weights = ctx.args.topk_weights;
+  p.partial = ws + ctx.ws.partial;
+  p.out = ctx.args.out;
+  p.tokens = ctx.args.tokens;
+  p.route = routing_args(ctx);
+  return p;
+}
+
 }  // namespace
 
-void launch_batch(const ForwardContext& ctx, const KernelKey& fc1_key, const KernelKey& fc2_key) {
+void launch_batch(const ForwardContext& ctx) {
+  const std::vector<KernelKey>& k = ctx.plan.kernels;
+  if (k.size() != 3 || k[0].kind != KernelKind::route)
+    throw Error(fmt::format("batch plan: expected the route kernel, FC1 and FC2, got {}", ctx.plan.describe()));
+  const KernelKey& fc1_key = k[1];
+  const KernelKey& fc2_key = k[2];
   const LayerSpec& spec = ctx.layer.spec();
   // The warpgroup-MMA kernels store FC1's activations in MMA column order (templates/moe_batch_wgmma.cuh).
   if (fc1_key.wgmma != fc2_key.wgmma)
     throw Error(fmt::format("batch plan: FC1 {} and FC2 {} disagree on warpgroup MMA (m); their activation layouts "
                             "differ, so both or neither must use it",
                             fc1_key.str(), fc2_key.str()));
-  DecodeFc1Params p1 = fc1_params(ctx);
+  launch_route(ctx, k[0]);
+  BatchFc1Params p1 = fc1_params(ctx);
   launch(ctx.modules.function(fc1_key, ctx.stream),
          LaunchShape{batch_grid(ctx, fc1_key, spec.intermediate), 1, 1, static_cast<unsigned>(fc1_key.warps * 32),
-                     static_cast<unsigned>(batch_dynamic_smem(fc1_key))},
+                     static_cast<unsigned>(kernel_dynamic_smem(fc1_key))},
          ctx.stream, &p1, /*programmatic_dependent=*/true);
-  DecodeFc2Params p2 = fc2_params(ctx);
+  BatchFc2Params p2 = fc2_params(ctx);
   launch(ctx.modules.function(fc2_key, ctx.stream),
          LaunchShape{batch_grid(ctx, fc2_key, spec.hidden), 1, 1, static_cast<unsigned>(fc2_key.warps * 32),
-                     static_cast<unsigned>(batch_dynamic_smem(fc2_key))},
+                     static_cast<unsigned>(kernel_dynamic_smem(fc2_key))},
          ctx.stream, &p2, /*programmatic_dependent=*/true);
   // Four outputs per thread, a grid-stride loop over at most 16 CTAs of 256 threads per SM.
   const long long quads = static_cast<long long>(ctx.args.tokens) * (spec.hidden / 4);

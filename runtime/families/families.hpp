@@ -1,5 +1,6 @@
 #pragma once
-// Host side of each kernel family: builds parameters and launches (one file per family).
+// Host side of each kernel family: builds its parameters and launches its kernels (one file per family,
+// runtime/families/<family>.cpp), behind one table (runtime/families/table.cpp) by Family.
 #include <cuda.h>
 
 #include <memory>
@@ -27,21 +28,17 @@ struct ForwardContext {
   int sm_count;
 };
 
-// FC1's and FC2's parameters (weights, workspace regions, routing), shared by the decode and batch families.
-DecodeFc1Params fc1_params(const ForwardContext& ctx);
-DecodeFc2Params fc2_params(const ForwardContext& ctx);
-
+// The routing arguments of the families that read routed pairs (the route kernel's workspace lists and
+// the raw top-k ids).
+RoutingArgs routing_args(const ForwardContext& ctx);
 // Routing kernel: counts, offsets and the stable permutation into the workspace.
 void launch_route(const ForwardContext& ctx, const KernelKey& key);
-// Decode family FC1 and FC2 (+ top-k combine).
-// FC2 is a programmatic dependent of FC1 unless the plan says plain.
-void launch_decode(const ForwardContext& ctx, const KernelKey& fc1, const KernelKey& fc2);
-// Both in one cooperative launch (decode_fused), grid clamped to what is co-resident.
-void launch_decode_fused(const ForwardContext& ctx, const KernelKey& fused);
-// Batch family FC1, FC2 and the top-k combine, each a programmatic dependent of the kernel before it
-// (the route kernel first).
-void launch_batch(const ForwardContext& ctx, const KernelKey& fc1, const KernelKey& fc2);
-// Both in one co-resident launch pipelined by expert slot (decode_pipe), after its clear kernel.
-void launch_decode_pipe(const ForwardContext& ctx, const KernelKey& pipe);
+
+// A planned family's launches of ctx.plan.kernels, in order (the route kernel first where planned).
+void launch_decode(const ForwardContext& ctx);
+void launch_batch(const ForwardContext& ctx);
+
+// The launcher of a plan's family. Throws moejit::Error for a family without one.
+void launch_plan(const ForwardContext& ctx);
 
 }  // namespace moejit::detail

@@ -1,5 +1,5 @@
 // Compact SHA-256 (FIPS 180-4), so the cache needs no crypto library.
-#include "cache/sha256.hpp"
+#include "core/sha256.hpp"
 
 #include <algorithm>
 #include <cstring>

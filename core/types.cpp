@@ -29,6 +29,10 @@ constexpr NameTable<GateUpOrder, 3> kGateUpOrders{{{GateUpOrder::gate_up, "gate_
                                                    {GateUpOrder::up_gate, "up_gate"},
                                                    {GateUpOrder::interleaved, "interleaved"}}};
 constexpr NameTable<Arch, 3> kArchs{{{Arch::sm_90a, "sm_90a"}, {Arch::sm_100a, "sm_100a"}, {Arch::sm_120a, "sm_120a"}}};
+constexpr NameTable<Family, 3> kFamilies{
+    {{Family::automatic, "auto"}, {Family::decode, "decode"}, {Family::batch, "batch"}}};
+constexpr NameTable<DecodeLaunch, 3> kDecodeLaunches{
+    {{DecodeLaunch::pdl, "pdl"}, {DecodeLaunch::plain, "plain"}, {DecodeLaunch::cooperative, "cooperative"}}};
 
 template <typename E, size_t N>
 std::string_view name_of(const NameTable<E, N>& table, E v, std::string_view field) {
@@ -57,12 +61,16 @@ std::string_view to_string(Activation v) { return name_of(kActivations, v, "acti
 std::string_view to_string(ActPrecision v) { return name_of(kPrecisions, v, "precision"); }
 std::string_view to_string(GateUpOrder v) { return name_of(kGateUpOrders, v, "gate_up_order"); }
 std::string_view to_string(Arch v) { return name_of(kArchs, v, "arch"); }
+std::string_view to_string(Family v) { return name_of(kFamilies, v, "family"); }
+std::string_view to_string(DecodeLaunch v) { return name_of(kDecodeLaunches, v, "decode launch"); }
 
 ScaleFormat parse_scale_format(std::string_view s) { return parse_name(kScaleFormats, s, "format"); }
 Activation parse_activation(std::string_view s) { return parse_name(kActivations, s, "activation"); }
 ActPrecision parse_act_precision(std::string_view s) { return parse_name(kPrecisions, s, "precision"); }
 GateUpOrder parse_gate_up_order(std::string_view s) { return parse_name(kGateUpOrders, s, "gate_up_order"); }
 Arch parse_arch(std::string_view s) { return parse_name(kArchs, s, "arch"); }
+Family parse_family(std::string_view s) { return parse_name(kFamilies, s, "family"); }
+DecodeLaunch parse_decode_launch(std::string_view s) { return parse_name(kDecodeLaunches, s, "decode launch"); }
 
 int arch_cc(Arch a) {
   switch (a) {

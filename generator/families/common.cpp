@@ -1,0 +1,80 @@
+// Pieces every family row shares: the common key checks, the layer's key fields, the generated
+// source's header and template argument spellings.
+#include <fmt/format.h>
+
+#include "generator/families/decode.hpp"
+#include "generator/families/family.hpp"
+#include "moejit/error.hpp"
+
+namespace moejit::detail {
+
+void normalize_common(const KernelKey& k, const KernelKey& original, int max_ntiles) {
+  auto fail = [&](std::string_view rule) { throw Error(fmt::format("kernel key {}: {}", original.str(), rule)); };
+  if (k.experts <= 0) fail("experts must be positive");
+  if (k.warps < 1 || k.warps > 32) fail("warps must be in [1, 32]");
+  const int block = scale_block(k.format);
+  if (k.hidden <= 0 || k.hidden % block) fail(fmt::format("hidden must be a positive multiple of {}", block));
+  if (k.intermediate <= 0 || k.intermediate % block)
+    fail(fmt::format("intermediate must be a positive multiple of {}", block));
+  if (k.ntiles < 1 || k.ntiles > max_ntiles) fail(fmt::format("ntiles must be in [1, {}]", max_ntiles));
+  if (k.depth < 1 || k.depth > 8) fail("depth must be in [1, 8]");
+  if (k.min_blocks < 0 || k.min_blocks > 32) fail("min_blocks must be in [0, 32]");
+  if (k.inline_route && k.experts > 1024) fail("inline routing covers at most 1024 experts");
+  if (k.precision != ActPrecision::a16) fail("the kernels compute in a16 only (a8 and a4 exist in the CPU reference)");
+  if (k.parts < 1 || k.parts > 8) fail("parts must be in [1, 8]");
+  if (k.groups < 1 || k.groups > 8) fail("groups must be in [1, 8]");
+  if (k.slabs != 1 && k.slabs != 2) fail("slabs must be 1 or 2");
+  if (k.l2_ahead < 0 || k.l2_ahead > 16) fail("l2_ahead must be in [0, 16] chunks");
+  if (k.columns != 8 && k.columns != 4) fail("columns must be 8 (a pair in every MMA column) or 4 (even columns)");
+}
+
+KernelKey layer_key(const LayerSpec& spec, Arch arch) {
+  KernelKey k;
+  k.arch = arch;
+  k.format = spec.format;
+  k.activation = spec.activation;
+  k.precision = ActPrecision::a16;
+  k.experts = spec.experts;
+  k.hidden = spec.hidden;
+  k.intermediate = spec.intermediate;
+  k.bias = spec.has_bias;
+  k.limit = spec.limit.has_value();
+  return k;
+}
+
+std::string kernel_header(const KernelKey& key, int register_cap) {
+  std::string header = fmt::format("// moejit generated kernel\n// key: {}\n", key.str());
+  if (key.inline_route) {
+    header += fmt::format("#define MOEJIT_INLINE_ROUTE_MAX_PAIRS {}\n", inline_route_pairs(key));
+    header += "#define MOEJIT_INLINE_ROUTED 1\n";
+  }
+  if (key.l2_ahead > 0) header += fmt::format("#define MOEJIT_L2_AHEAD_CHUNKS {}\n", key.l2_ahead);
+  if (key.x_staged) header += "#define MOEJIT_X_STAGED 1\n";
+  if (register_cap > 0) header += fmt::format("#define MOEJIT_REGISTER_CAP {}\n", register_cap);
+#ifdef MOEJIT_TRACE_BUILD
+  header += "#define MOEJIT_TRACE 1\n";  // a -DMOEJIT_TRACE=ON build (templates/trace.cuh)
+#endif
+  return header;
+}
+
+const char* cpp_bool(bool b) { return b ? "true" : "false"; }
+
+int act_code(Activation a) {
+  switch (a) {
+    case Activation::silu: return 0;
+    case Activation::gelu_tanh: return 1;
+    case Activation::relu2: return 2;
+    case Activation::swigluoai: return 3;
+  }
+  return 0;
+}
+
+int fc1_mats(const KernelKey& key) { return key.activation == Activation::relu2 ? 1 : 2; }
+
+int chunk_scale_bytes(const KernelKey& key) { return key.format == ScaleFormat::nvfp4 ? 64 : 32; }
+
+int warps_threads(const KernelKey& key) { return key.warps * 32; }
+
+int no_dynamic_smem(const KernelKey&) { return 0; }
+
+}  // namespace moejit::detail

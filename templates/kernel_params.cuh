@@ -1,0 +1,24 @@
+// Kernel parameter structs are defined once, in templates/moe_*_params.cuh and prepare_repack_params.cuh,
+// and compiled twice: by NVRTC into the kernels (typed device pointers) and by the host runtime
+// (runtime/kernel_params.hpp: every pointer a 64-bit device address). Each field's size and alignment
+// is 8 bytes for a pointer and 4 for an i32 or float on both sides, so the two layouts cannot drift.
+//
+// A parameter header declares pointers as MOEJIT_PTR(T) name and plain values with i32/float, and opens
+// and closes with MOEJIT_PARAMS_BEGIN / MOEJIT_PARAMS_END (the host's namespace).
+#pragma once
+
+#if defined(__CUDACC__)
+#include "device_core.cuh"
+#define MOEJIT_PTR(T) T*
+#define MOEJIT_PARAMS_BEGIN
+#define MOEJIT_PARAMS_END
+#else
+#include <cstdint>
+#define MOEJIT_PTR(T) ::moejit::detail::dptr
+#define MOEJIT_PARAMS_BEGIN namespace moejit::detail {
+#define MOEJIT_PARAMS_END }
+namespace moejit::detail {
+using dptr = std::uint64_t;  // a device address (CUdeviceptr)
+using i32 = std::int32_t;
+}  // namespace moejit::detail
+#endif

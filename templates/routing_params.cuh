@@ -1,0 +1,19 @@
+// Routing parameters shared by the kernel families that read routed pairs (decode, batch): the route
+// kernel's lists in the workspace, or the raw top-k ids for routing inside a CTA.
+#pragma once
+#include "kernel_params.cuh"
+
+MOEJIT_PARAMS_BEGIN
+
+struct RoutingArgs {
+  MOEJIT_PTR(const i32) num_active;     // route kernel outputs (unused with inline routing)
+  MOEJIT_PTR(const i32) active_expert;
+  MOEJIT_PTR(const i32) active_offset;
+  MOEJIT_PTR(const i32) pair_index;
+  MOEJIT_PTR(const i32) topk_ids;       // [M*K] global expert ids
+  i32 pairs;                            // M*K
+  i32 expert_begin;
+  i32 top_k;
+};
+
+MOEJIT_PARAMS_END
