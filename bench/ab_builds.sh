@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compares moejit builds in one run, as docs/PERFORMANCE.md compares variants: the builds take turns
+# Compares moejit builds in one run, as docs/perf-log.md compares variants: the builds take turns
 # (round 1: A B C..., round 2: A B C...), so clock and thermal drift hit all of them alike. Prints each
 # round's times (the bench's "time" column, µs) and, per M, every build's median over the rounds and its
 # ratio to the first build's.

@@ -12,7 +12,7 @@
 //   ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async instructions are serialized due
 //                   to insufficient register resources for the wgmma pipeline in the function 'k'
 // (one line; the reason varies). Serialized, each wgmma waits for its own completion, which cost the
-// batch family 1-11 % (docs/PERFORMANCE.md v26), so the flag is kept with the other resources.
+// batch family 1-11 % (docs/perf-log.md v26), so the flag is kept with the other resources.
 #include <algorithm>
 #include <cctype>
 #include <map>

@@ -1,5 +1,5 @@
 #pragma once
-// Sizes of the decode family's prepared planes (see templates/fp4_decode.cuh and docs/LAYOUT.md).
+// Sizes of the decode family's prepared planes (see templates/fp4_decode.cuh and docs/WEIGHT_LAYOUT.md).
 #include <cstddef>
 
 #include "moejit/types.hpp"

@@ -1,6 +1,6 @@
 // FP4 (e2m1) weights decoded to exact bf16 MMA operands in registers, and their block scales to fp32.
 //
-// Prepared layout (written by prepare_repack.cuh, see docs/LAYOUT.md): each lane of a warp owns one
+// Prepared layout (written by prepare_repack.cuh, see docs/WEIGHT_LAYOUT.md): each lane of a warp owns one
 // 16-byte run per (16-row slab, 64-wide K chunk): rows g and g+8 (g = lane/4). Word s of the run feeds
 // k16-step s, which covers K 16s..16s+15 of the chunk (one NVFP4 scale block, half an MXFP4 one); the
 // lane's four K values in that step are 16s + 4*(lane%4) + 0..3. The 32 bits of a word are the 8
@@ -57,7 +57,7 @@ inline constexpr float kAccScale = 4.611686018427388e18f;  // 2^62
 // NVFP4: `packed` holds 4 blocks (8 bytes); one conversion turns a block's pair into f16x2 (every
 // e4m3 value is an f16 value), then each half widens to fp32. MXFP4: `packed.x` holds 2 blocks; an
 // e8m0 code b becomes the fp32 bits b << 23 = 2^(b-127) (code 0 becomes 0 instead of 2^-127 and code
-// 255 infinity instead of NaN: both far outside trained weights, see docs/LAYOUT.md).
+// 255 infinity instead of NaN: both far outside trained weights, see docs/WEIGHT_LAYOUT.md).
 template <bool kNvfp4>
 MOEJIT_DEVICE void block_scales(u32x2 packed, int block, float& sg, float& sg8) {
   if (kNvfp4) {

@@ -149,7 +149,7 @@ MOEJIT_DEVICE void batch_chunk_mma(const u32x4 (&wc)[kMats], const u32x2 (&sc)[k
 // Which of the two chunk products a tile uses: from 4 column tiles (32 pairs) on, the weights are scaled
 // once per step and matrix and shared by 4-8 MMAs (batch_chunk_mma); narrower tiles apply the block scales
 // to the fp32 MMA results as the decode family does (chunk_mma), which costs less there (gpt-oss-120b
-// M = 256, one column tile, 662 against 839 us; docs/PERFORMANCE.md, "batch family").
+// M = 256, one column tile, 662 against 839 us; docs/perf-log.md v24).
 template <int kNT>
 inline constexpr bool kBatchScaledWeights = kNT >= 4;
 

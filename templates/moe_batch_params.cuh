@@ -6,7 +6,7 @@
 MOEJIT_PARAMS_BEGIN
 
 struct BatchFc1Params {
-  MOEJIT_PTR(const u32x4) w;     // prepared FC1 weights (the decode family's layout, docs/LAYOUT.md)
+  MOEJIT_PTR(const u32x4) w;     // prepared FC1 weights (the decode family's layout, docs/WEIGHT_LAYOUT.md)
   MOEJIT_PTR(const u8) s;        // prepared FC1 scales
   MOEJIT_PTR(const float) gscale;  // [E] (NVFP4) or null
   MOEJIT_PTR(const float) bias;  // [E][mats][I] or null

@@ -1,6 +1,6 @@
 // Decode family in one cooperative launch: every CTA of a co-resident grid walks FC1's (slab, slot)
 // items, waits at a grid barrier, then walks FC2's items (with the top-k combine). The alternative to
-// the two launches (FC1, then FC2 as a programmatic dependent); docs/PERFORMANCE.md compares them.
+// the two launches (FC1, then FC2 as a programmatic dependent); docs/perf-log.md compares them.
 #pragma once
 #include "grid_barrier.cuh"
 #include "moe_decode_fc1.cuh"

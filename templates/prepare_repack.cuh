@@ -1,5 +1,5 @@
 // prepare: logical checkpoint-shaped FP4 weights and scale planes (DESIGN §3) -> the decode family's
-// layout (see fp4_decode.cuh and docs/LAYOUT.md). One thread per 16-byte weight run or per packed
+// layout (see fp4_decode.cuh and docs/WEIGHT_LAYOUT.md). One thread per 16-byte weight run or per packed
 // scale pair; K beyond the logical size is padded with zero codes.
 #pragma once
 #include "fp4_decode.cuh"

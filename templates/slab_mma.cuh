@@ -251,7 +251,7 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   // with a pair are stored), and the loads need neither a predicate nor zeroing moves; the lanes read
   // the addresses column 0's lanes read in the same instruction, so no extra memory traffic either.
   // NVFP4 kernels behind the route kernel (8 columns, many waves) keep the predicated loads: with them
-  // they read 3-6 % slower (DeepSeek-V3 M = 16/32, Qwen3 M = 32/64; docs/PERFORMANCE.md v16).
+  // they read 3-6 % slower (DeepSeek-V3 M = 16/32, Qwen3 M = 32/64; docs/perf-log.md v16).
   constexpr bool kAnyRow = !kNvfp4 || kCols == 4 || kInlineRouted;
   const u16* const any_row = !kAnyRow ? reinterpret_cast<const u16*>(w) : reinterpret_cast<const u16*>(
       __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(b_rows[0]), 0));
@@ -290,7 +290,7 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   };
   if (kPrefetchX) issue_x(0, BoolTag<true>{});
 
-  // Where the steady loop pays (docs/PERFORMANCE.md, v16 and v17): NVFP4 chunks hold four scale blocks
+  // Where the steady loop pays (docs/perf-log.md, v16 and v17): NVFP4 chunks hold four scale blocks
   // per matrix, and in the inline-routed NVFP4 kernels (decode up to 16 tokens) at 64-85 registers the
   // steady loop's freer schedule spills inside the loop (Qwen3 FC1 12 -> 120 bytes) and measures
   // slower; so does MXFP4 FC1 with a staged x row (DeepSeek-V3 MXFP4 M = 1: 0 -> 32 bytes, +1 us). The

@@ -403,3 +403,41 @@ TEST_CASE("forward refuses buffers whose given sizes are too small for M tokens"
   CHECK_THROWS_WITH(rt.forward(*layer, b), Catch::Contains("topk_weights has"));
   detail::check(detail::driver().cuCtxSynchronize(), "cuCtxSynchronize");
 }
+
+TEST_CASE("a Runtime plans with the overrides it was constructed with, whatever the environment does later",
+          "[gpu][api][tuning]") {
+  const RestoreRuntimeContext restore;
+  const ScopedEnv env{"MOEJIT_DECODE_COLUMNS", "MOEJIT_DECODE_LAUNCH", "MOEJIT_DECODE_FC2"};
+  ::unsetenv("MOEJIT_DECODE_COLUMNS");
+  ::unsetenv("MOEJIT_DECODE_LAUNCH");
+  ::unsetenv("MOEJIT_DECODE_FC2");
+  Runtime rt;  // reads the overrides now: none
+  CHECK(rt.tuning().empty());
+  const LayerSpec spec = small_spec(ScaleFormat::mxfp4, Activation::swigluoai, true, true);
+  const HostLayer host = make_random_layer(spec, 7701);
+  auto layer = rt.prepare(host);
+  const int m = 2;
+  rt.prewarm(*layer, m);
+  const std::string planned = rt.plan(*layer, m).describe();
+  // Changed after construction (a server's operator experimenting, a library setting its own): the plans,
+  // hence the keys forward asks for, stay the prewarmed ones.
+  ::setenv("MOEJIT_DECODE_COLUMNS", "8", 1);
+  ::setenv("MOEJIT_DECODE_LAUNCH", "cooperative", 1);
+  ::setenv("MOEJIT_DECODE_FC2", "split", 1);
+  CHECK(rt.plan(*layer, m).describe() == planned);
+  HostInputs in = make_random_inputs(spec, m, 7702, true);
+  DeviceInputs d = upload_inputs(rt, *layer, in, m);
+  check_agreement(compare(to_float(run_poisoned(rt, *layer, d, m)), reference_forward(host, in).out_f64), true);
+  // A Runtime constructed now reads the new values; RuntimeOptions::tuning replaces the environment.
+  Runtime later;
+  CHECK(later.plan(*layer, m).launch == DecodeLaunch::cooperative);
+  CHECK(later.plan(*layer, m).describe() != planned);
+  RuntimeOptions options;
+  options.tuning = TuningOverrides{};
+  Runtime given(options);
+  CHECK(given.plan(*layer, m).describe() == planned);
+  check_agreement(compare(to_float(run_poisoned(later, *layer, d, m)), reference_forward(host, in).out_f64), true);
+  // A malformed variable fails the construction, naming it.
+  ::setenv("MOEJIT_DECODE_COLUMNS", "5", 1);
+  CHECK_THROWS_WITH(Runtime(), Contains("MOEJIT_DECODE_COLUMNS"));
+}

@@ -3,7 +3,7 @@
 //
 // The planner caps registers (64 or 80 per thread) so that a decode grid is one wave; at those caps
 // ptxas parks a few prologue/epilogue values (routing, bias pointers) in local memory, while the main
-// loop stays spill-free (checked on the SASS, docs/PERFORMANCE.md). A tile whose loop spills costs
+// loop stays spill-free (checked on the SASS, docs/perf-log.md). A tile whose loop spills costs
 // hundreds of bytes (a two-tile FC1 at 80 registers: 540), which this bound catches.
 constexpr int kMaxSpillBytes = 192;
 #include <catch2/catch.hpp>

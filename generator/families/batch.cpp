@@ -181,9 +181,9 @@ Plan plan(const PlanRequest& r) {
   }
   KernelKey fc2 = fc1;
   fc2.kind = KernelKind::batch_fc2;
-  // MOEJIT_BATCH_TILE_FC1 / _FC2 override the tiles, for sweeps.
-  if (r.tuning.batch_tile_fc1) r.tuning.batch_tile_fc1->apply(fc1);
-  if (r.tuning.batch_tile_fc2) r.tuning.batch_tile_fc2->apply(fc2);
+  // MOEJIT_BATCH_TILE_FC1 / _FC2 (or MOEJIT_DECODE_TILE for both) override the tiles, for sweeps.
+  if (const auto& t = r.tuning.batch_tile_fc1 ? r.tuning.batch_tile_fc1 : r.tuning.decode_tile) t->apply(fc1);
+  if (const auto& t = r.tuning.batch_tile_fc2 ? r.tuning.batch_tile_fc2 : r.tuning.decode_tile) t->apply(fc2);
   p.kernels = {route_key(r.spec, r.arch), fc1.normalized(), fc2.normalized()};
   return p;
 }

@@ -1,5 +1,5 @@
 // Loops of a disassembled kernel: at decode a kernel's speed is its inner loop's instruction count and
-// where ptxas placed the loop's loads relative to its MMAs (docs/PERFORMANCE.md, v16), so
+// where ptxas placed the loop's loads relative to its MMAs (docs/perf-log.md v16), so
 // `moejit inspect KEY --emit loops` prints both without a GPU.
 #pragma once
 

@@ -39,11 +39,12 @@ struct TuningOverrides {
   std::optional<DecodeFc1Variant> decode_fc1;      // MOEJIT_DECODE_FC1=grid|loop|stream (inline-routed FC1)
   std::optional<int> decode_columns;               // MOEJIT_DECODE_COLUMNS=8|4 (both decode kernels)
   std::optional<int> decode_inline_pairs;          // MOEJIT_DECODE_INLINE_PAIRS=0..128: route inline up to N pairs
-  std::optional<TileOverride> decode_tile;         // MOEJIT_DECODE_TILE: FC1 and FC2 of the decode family
-  std::optional<TileOverride> decode_tile_fc1;     // MOEJIT_DECODE_TILE_FC1 (wins over MOEJIT_DECODE_TILE)
-  std::optional<TileOverride> decode_tile_fc2;     // MOEJIT_DECODE_TILE_FC2 (wins over MOEJIT_DECODE_TILE)
-  std::optional<TileOverride> batch_tile_fc1;      // MOEJIT_BATCH_TILE_FC1
-  std::optional<TileOverride> batch_tile_fc2;      // MOEJIT_BATCH_TILE_FC2
+  // MOEJIT_DECODE_TILE: the tile of each of the four kernels below whose own variable is unset.
+  std::optional<TileOverride> decode_tile;
+  std::optional<TileOverride> decode_tile_fc1;     // MOEJIT_DECODE_TILE_FC1: the decode family's FC1
+  std::optional<TileOverride> decode_tile_fc2;     // MOEJIT_DECODE_TILE_FC2: the decode family's FC2
+  std::optional<TileOverride> batch_tile_fc1;      // MOEJIT_BATCH_TILE_FC1: the batch family's FC1
+  std::optional<TileOverride> batch_tile_fc2;      // MOEJIT_BATCH_TILE_FC2: the batch family's FC2
 
   // Reads every variable above (unset or empty: no override). Throws moejit::Error naming the variable
   // and its accepted values for a malformed one. Reads the environment; not thread-safe against setenv.
