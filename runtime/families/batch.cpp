@@ -31,39 +31,6 @@ unsigned batch_grid(const ForwardContext& ctx, const KernelKey& key, int rows) {
   return static_cast<unsigned>(tiles * groups);
 }
 
-BatchFc1Params fc1_params(const ForwardContext& ctx) {
-  const auto& L = ctx.layer;
-  BatchFc1Params p{};
-  p.w = L.fc1_w.ptr();
-  p.s = L.fc1_s.ptr();
-  p.gscale = L.fc1_gs.ptr();
-  p.bias = L.fc1_bias.ptr();
-  p.x = ctx.args.x;
-  p.act = ctx.args.workspace + ctx.ws.act;
-  p.alpha = ctx.alpha;
-  p.beta = ctx.beta;
-  p.limit = ctx.limit;
-  p.route = routing_args(ctx);
-  return p;
-}
-
-BatchFc2Params fc2_params(const ForwardContext& ctx) {
-  const DevicePtr ws = ctx.args.workspace;
-  const auto& L = ctx.layer;
-  BatchFc2Params p{};
-  p.w = L.fc2_w.ptr();
-  p.s = L.fc2_s.ptr();
-  p.gscale = L.fc2_gs.ptr();
-  p.bias = L.fc2_bias.ptr();
-  p.act = ws + ctx.ws.act;
-  p.topk_weights = ctx.args.topk_weights;
-  p.partial = ws + ctx.ws.partial;
-  p.out = ctx.args.out;
-  p.tokens = ctx.args.tokens;
-  p.route = routing_args(ctx);
-  return p;
-}
-
 }  // namespace
 
 void launch_batch(const ForwardContext& ctx) {
@@ -79,12 +46,14 @@ void launch_batch(const ForwardContext& ctx) {
                             "differ, so both or neither must use it",
                             fc1_key.str(), fc2_key.str()));
   launch_route(ctx, k[0]);
-  BatchFc1Params p1 = fc1_params(ctx);
+  BatchFc1Params p1{};
+  set_fc1_common(p1, ctx);
   launch(ctx.modules.function(fc1_key, ctx.stream),
          LaunchShape{batch_grid(ctx, fc1_key, spec.intermediate), 1, 1, static_cast<unsigned>(fc1_key.warps * 32),
                      static_cast<unsigned>(kernel_dynamic_smem(fc1_key))},
          ctx.stream, &p1, /*programmatic_dependent=*/true);
-  BatchFc2Params p2 = fc2_params(ctx);
+  BatchFc2Params p2{};
+  set_fc2_common(p2, ctx);
   launch(ctx.modules.function(fc2_key, ctx.stream),
          LaunchShape{batch_grid(ctx, fc2_key, spec.hidden), 1, 1, static_cast<unsigned>(fc2_key.warps * 32),
                      static_cast<unsigned>(kernel_dynamic_smem(fc2_key))},

@@ -20,40 +20,17 @@ namespace moejit::detail {
 namespace {
 
 DecodeFc1Params fc1_params(const ForwardContext& ctx) {
-  const LayerSpec& spec = ctx.layer.spec();
-  const DevicePtr ws = ctx.args.workspace;
-  const auto& L = ctx.layer;
   DecodeFc1Params p{};
-  p.w = L.fc1_w.ptr();
-  p.s = L.fc1_s.ptr();
-  p.gscale = L.fc1_gs.ptr();
-  p.bias = L.fc1_bias.ptr();
-  p.x = ctx.args.x;
-  p.act = ws + ctx.ws.act;
-  p.counters = ws + ctx.ws.counters;
-  p.num_counters = spec.hidden / 16;
-  p.alpha = ctx.alpha;
-  p.beta = ctx.beta;
-  p.limit = ctx.limit;
-  p.route = routing_args(ctx);
+  set_fc1_common(p, ctx);
+  p.counters = ctx.args.workspace + ctx.ws.counters;  // zeroed by FC1 where routing is inline
+  p.num_counters = ctx.layer.spec().hidden / 16;
   return p;
 }
 
 DecodeFc2Params fc2_params(const ForwardContext& ctx) {
-  const DevicePtr ws = ctx.args.workspace;
-  const auto& L = ctx.layer;
   DecodeFc2Params p{};
-  p.w = L.fc2_w.ptr();
-  p.s = L.fc2_s.ptr();
-  p.gscale = L.fc2_gs.ptr();
-  p.bias = L.fc2_bias.ptr();
-  p.act = ws + ctx.ws.act;
-  p.topk_weights = ctx.args.topk_weights;
-  p.partial = ws + ctx.ws.partial;
-  p.counters = ws + ctx.ws.counters;
-  p.out = ctx.args.out;
-  p.tokens = ctx.args.tokens;
-  p.route = routing_args(ctx);
+  set_fc2_common(p, ctx);
+  p.counters = ctx.args.workspace + ctx.ws.counters;
   return p;
 }
 

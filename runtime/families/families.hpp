@@ -38,6 +38,38 @@ void launch_route(const ForwardContext& ctx, const KernelKey& key);
 void launch_decode(const ForwardContext& ctx);
 void launch_batch(const ForwardContext& ctx);
 
+// FC1's and FC2's fields every computing family's parameters share: the prepared planes (weights, block
+// scales, global scales, bias), the activations, the workspace regions and the routing. A family sets its
+// own fields after these.
+template <class Params>
+void set_fc1_common(Params& p, const ForwardContext& ctx) {
+  const PreparedLayerImpl& L = ctx.layer;
+  p.w = L.fc1_w.ptr();
+  p.s = L.fc1_s.ptr();
+  p.gscale = L.fc1_gs.ptr();
+  p.bias = L.fc1_bias.ptr();
+  p.x = ctx.args.x;
+  p.act = ctx.args.workspace + ctx.ws.act;
+  p.alpha = ctx.alpha;
+  p.beta = ctx.beta;
+  p.limit = ctx.limit;
+  p.route = routing_args(ctx);
+}
+template <class Params>
+void set_fc2_common(Params& p, const ForwardContext& ctx) {
+  const PreparedLayerImpl& L = ctx.layer;
+  p.w = L.fc2_w.ptr();
+  p.s = L.fc2_s.ptr();
+  p.gscale = L.fc2_gs.ptr();
+  p.bias = L.fc2_bias.ptr();
+  p.act = ctx.args.workspace + ctx.ws.act;
+  p.topk_weights = ctx.args.topk_weights;
+  p.partial = ctx.args.workspace + ctx.ws.partial;
+  p.out = ctx.args.out;
+  p.tokens = ctx.args.tokens;
+  p.route = routing_args(ctx);
+}
+
 // The launcher of a plan's family. Throws moejit::Error for a family without one.
 void launch_plan(const ForwardContext& ctx);
 
