@@ -28,7 +28,8 @@ constexpr NameTable<ActPrecision, 3> kPrecisions{
 constexpr NameTable<GateUpOrder, 3> kGateUpOrders{{{GateUpOrder::gate_up, "gate_up"},
                                                    {GateUpOrder::up_gate, "up_gate"},
                                                    {GateUpOrder::interleaved, "interleaved"}}};
-constexpr NameTable<Arch, 3> kArchs{{{Arch::sm_90a, "sm_90a"}, {Arch::sm_100a, "sm_100a"}, {Arch::sm_120a, "sm_120a"}}};
+constexpr NameTable<Arch, 4> kArchNames{
+    {{Arch::sm_90a, "sm_90a"}, {Arch::sm_100a, "sm_100a"}, {Arch::sm_120a, "sm_120a"}, {Arch::sm_121a, "sm_121a"}}};
 constexpr NameTable<Family, 3> kFamilies{
     {{Family::automatic, "auto"}, {Family::decode, "decode"}, {Family::batch, "batch"}}};
 constexpr NameTable<DecodeLaunch, 3> kDecodeLaunches{
@@ -60,7 +61,7 @@ std::string_view to_string(ScaleFormat v) { return name_of(kScaleFormats, v, "fo
 std::string_view to_string(Activation v) { return name_of(kActivations, v, "activation"); }
 std::string_view to_string(ActPrecision v) { return name_of(kPrecisions, v, "precision"); }
 std::string_view to_string(GateUpOrder v) { return name_of(kGateUpOrders, v, "gate_up_order"); }
-std::string_view to_string(Arch v) { return name_of(kArchs, v, "arch"); }
+std::string_view to_string(Arch v) { return name_of(kArchNames, v, "arch"); }
 std::string_view to_string(Family v) { return name_of(kFamilies, v, "family"); }
 std::string_view to_string(DecodeLaunch v) { return name_of(kDecodeLaunches, v, "decode launch"); }
 
@@ -68,7 +69,7 @@ ScaleFormat parse_scale_format(std::string_view s) { return parse_name(kScaleFor
 Activation parse_activation(std::string_view s) { return parse_name(kActivations, s, "activation"); }
 ActPrecision parse_act_precision(std::string_view s) { return parse_name(kPrecisions, s, "precision"); }
 GateUpOrder parse_gate_up_order(std::string_view s) { return parse_name(kGateUpOrders, s, "gate_up_order"); }
-Arch parse_arch(std::string_view s) { return parse_name(kArchs, s, "arch"); }
+Arch parse_arch(std::string_view s) { return parse_name(kArchNames, s, "arch"); }
 Family parse_family(std::string_view s) { return parse_name(kFamilies, s, "family"); }
 DecodeLaunch parse_decode_launch(std::string_view s) { return parse_name(kDecodeLaunches, s, "decode launch"); }
 
@@ -77,6 +78,30 @@ int arch_cc(Arch a) {
     case Arch::sm_90a: return 90;
     case Arch::sm_100a: return 100;
     case Arch::sm_120a: return 120;
+    case Arch::sm_121a: return 121;
+  }
+  throw Error("arch: invalid enum value " + std::to_string(static_cast<int>(a)));
+}
+
+std::string arch_names() {
+  std::string s;
+  for (size_t i = 0; i < kArchNames.size(); ++i)
+    s += std::string(i == 0 ? "" : i + 1 == kArchNames.size() ? " or " : ", ") + std::string(kArchNames[i].second);
+  return s;
+}
+
+const ArchLimits& arch_limits(Arch a) {
+  // Hopper and datacenter Blackwell: 227 KiB per CTA of 228 per SM, 2048 threads and 32 CTAs per SM.
+  // Blackwell desktop (SM12x): 99 KiB per CTA of 100 per SM, 1536 threads and 24 CTAs per SM.
+  static constexpr ArchLimits kHopper{227 * 1024, 228 * 1024, 1024, 2048, 32, 65536, 132, "H100/H200 SXM"};
+  static constexpr ArchLimits kBlackwell{227 * 1024, 228 * 1024, 1024, 2048, 32, 65536, 148, "B200"};
+  static constexpr ArchLimits kRtxPro{99 * 1024, 100 * 1024, 1024, 1536, 24, 65536, 188, "RTX PRO 6000"};
+  static constexpr ArchLimits kSpark{99 * 1024, 100 * 1024, 1024, 1536, 24, 65536, 48, "GB10 (DGX Spark)"};
+  switch (a) {
+    case Arch::sm_90a: return kHopper;
+    case Arch::sm_100a: return kBlackwell;
+    case Arch::sm_120a: return kRtxPro;
+    case Arch::sm_121a: return kSpark;
   }
   throw Error("arch: invalid enum value " + std::to_string(static_cast<int>(a)));
 }

@@ -19,6 +19,11 @@ int kernel_dynamic_smem(const KernelKey& raw) {
   return detail::family_of(key.kind).dynamic_smem(key);
 }
 
+int kernel_ctas_per_sm(const KernelKey& raw) {
+  const KernelKey key = raw.normalized();
+  return detail::family_of(key.kind).ctas_per_sm(key);
+}
+
 GeneratedSource generate_source(const KernelKey& raw) {
   const KernelKey key = raw.normalized();
   GeneratedSource out;

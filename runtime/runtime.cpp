@@ -39,6 +39,7 @@ std::optional<Arch> arch_for_capability(int major, int minor) {
   if (major == 9 && minor == 0) return Arch::sm_90a;
   if (major == 10 && minor == 0) return Arch::sm_100a;
   if (major == 12 && minor == 0) return Arch::sm_120a;
+  if (major == 12 && minor == 1) return Arch::sm_121a;
   return std::nullopt;
 }
 
@@ -69,8 +70,8 @@ DeviceInfo query_device(int device) {
 namespace {
 Arch arch_of(int major, int minor, const std::string& name) {
   if (auto a = arch_for_capability(major, minor)) return *a;
-  throw Error(fmt::format("device {} has compute capability {}.{}; moejit builds for sm_90a, sm_100a and sm_120a", name,
-                          major, minor));
+  throw Error(fmt::format("device {} has compute capability {}.{}; moejit builds for {}", name, major, minor,
+                          arch_names()));
 }
 
 const PreparedLayerImpl& impl_of(const PreparedLayer& layer) {

@@ -48,7 +48,7 @@ Routing reference_routing(const std::vector<int32_t>& ids, int experts, int begi
 void check_route(Runtime& rt, int experts, int begin, int pairs, double outside, uint32_t seed) {
   INFO(fmt::format("experts {} begin {} pairs {} outside {} seed {}", experts, begin, pairs, outside, seed));
   KernelKey key = KernelKey::parse(fmt::format("route:{}:mxfp4:silu:a16:E{}:H0:I0:w{}n1d1o0:b0:l0:i0", to_string(rt.arch()),
-                                               experts, route_warps(experts)));
+                                               experts, route_warps(experts, rt.arch())));
   const GeneratedSource src = generate_source(key);
   const StandaloneKernel kernel(src, rt.arch());
 

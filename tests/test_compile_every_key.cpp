@@ -1,9 +1,10 @@
-// NVRTC compiles every kernel key a layer can need (DESIGN §8), for sm_90a and sm_120a: every bundled
+// NVRTC compiles every kernel key a layer can need (DESIGN §8), for sm_90a, sm_120a and sm_121a: every bundled
 // model config over the whole token range the planner serves (M = 1..kMaxTokens: decode, the route kernel,
 // the batch family and its warpgroup-MMA tiles, the repack kernel), plus layers no bundled config has
 // (gelu_tanh; silu with a clamp; up/gate row order; expert parallelism). Compiled through `moejit
 // prewarm`, the path operators use, with two worker processes into a private cache; the planner's own key
 // count is the expected one, so a key that fails to compile, or one the CLI would skip, fails the test.
+// Every SM12x kernel then fits the architecture's limits (arch_limits) by its ptxas resource report.
 // test_compile_default.cpp checks the default config's kernels one by one (registers and spills).
 #include <catch2/catch.hpp>
 
@@ -13,6 +14,8 @@
 #include <vector>
 
 #include "cli_process.hpp"
+#include "moejit/generator.hpp"
+#include "moejit/kernel_cache.hpp"
 #include "moejit/model_config.hpp"
 #include "moejit/planner.hpp"
 
@@ -51,8 +54,26 @@ std::set<KernelKey> expected_keys(const ModelConfig& cfg, Arch arch) {
   return keys;
 }
 
+// What a kernel's launch bounds promise must be what the architecture can hold: its registers for the
+// CTAs per SM it is built for, its static and dynamic shared memory per CTA and per SM (with what the
+// driver reserves per CTA), its threads and CTAs per SM. Resources from the ptxas report of the entry.
+void check_fits(const KernelKey& key, const nlohmann::json& resources) {
+  const ArchLimits& a = arch_limits(key.arch);
+  const int registers = resources.at("registers").get<int>(), shared = resources.at("shared_bytes").get<int>();
+  const int threads = kernel_threads(key), dynamic = kernel_dynamic_smem(key), ctas = kernel_ctas_per_sm(key);
+  INFO(key.str() << ": " << registers << " registers, " << shared << " + " << dynamic << " bytes of shared memory, "
+                 << threads << " threads, " << ctas << " CTAs per SM");
+  REQUIRE(registers > 0);
+  REQUIRE(shared >= 0);
+  CHECK(static_cast<long>(registers) * threads * ctas <= a.registers_per_sm);
+  CHECK(shared + dynamic <= a.max_dynamic_smem);
+  CHECK(ctas * (shared + dynamic + a.smem_reserved) <= a.smem_per_sm);
+  CHECK(threads * ctas <= a.max_threads_per_sm);
+  CHECK(ctas <= a.max_ctas_per_sm);
+}
+
 void prewarm_everything(const std::string& config_arg, const ModelConfig& cfg) {
-  for (Arch arch : {Arch::sm_90a, Arch::sm_120a}) {
+  for (Arch arch : {Arch::sm_90a, Arch::sm_120a, Arch::sm_121a}) {
     const size_t n = expected_keys(cfg, arch).size();
     INFO(config_arg << " " << to_string(arch) << ": " << n << " keys");
     const moejit_test::CliResult r = moejit_test::run_cli({"prewarm", "--config", config_arg, "--arch", std::string(to_string(arch)),
@@ -61,19 +82,25 @@ void prewarm_everything(const std::string& config_arg, const ModelConfig& cfg) {
     INFO(r.out);
     CHECK(r.rc == 0);
     CHECK_THAT(r.out, Catch::Contains(": " + std::to_string(n) + " kernels:"));
+    if (arch == Arch::sm_90a) continue;
+    CacheOptions options;
+    options.no_jit = true;  // what prewarm stored, never a compile here
+    KernelCache cache(options);
+    for (const KernelKey& key : expected_keys(cfg, arch)) check_fits(key, cache.get(key)->manifest.at("resources"));
   }
 }
 
 }  // namespace
 
-TEST_CASE("every key of every bundled config compiles for sm_90a and sm_120a", "[compile][every]") {
+TEST_CASE("every key of every bundled config compiles for sm_90a, sm_120a and sm_121a, and SM12x kernels fit",
+          "[compile][every]") {
   (void)sandbox();
   const std::vector<std::string> names = bundled_config_names();
   REQUIRE(names.size() >= 6);
   for (const std::string& name : names) prewarm_everything(name, load_model_config(name));
 }
 
-TEST_CASE("every key of layers no bundled config covers compiles for sm_90a and sm_120a", "[compile][every]") {
+TEST_CASE("every key of layers no bundled config covers compiles for sm_90a, sm_120a and sm_121a", "[compile][every]") {
   for (const ExtraConfig& c : kExtraConfigs) {
     const std::string path = sandbox().dir + "/" + c.name + ".json";
     std::ofstream(path) << c.json;

@@ -380,18 +380,23 @@ TEST_CASE("the planner routes inline for few pairs and sizes token tiles for the
   // The route kernel's [warps][experts] table: 16 warps where it fits, fewer for very many experts;
   // a key whose table does not fit is refused by the generator.
   CHECK(seventeen.kernels[0].warps == 16);
-  for (int experts : {8, 128, 256, 1024, 3000, 4096, 8192, 16384}) {
-    INFO("experts " << experts);
-    const int warps = route_warps(experts);
-    CHECK(warps >= 1);
-    CHECK(warps <= 16);
-    CHECK((experts > 3000 || warps == 16));
-    if (route_dynamic_smem(experts, 1) <= kMaxDynamicSmem) CHECK(route_dynamic_smem(experts, warps) <= kMaxDynamicSmem);
+  for (Arch arch : kArchs) {
+    const int most = arch_limits(arch).max_dynamic_smem;
+    for (int experts : {8, 128, 256, 1024, 3000, 4096, 8192, 16384}) {
+      INFO(to_string(arch) << " experts " << experts);
+      const int warps = route_warps(experts, arch);
+      CHECK(warps >= 1);
+      CHECK(warps <= 16);
+      CHECK((experts > 1000 || warps == 16));
+      if (route_dynamic_smem(experts, 1) <= most) CHECK(route_dynamic_smem(experts, warps) <= most);
+    }
   }
-  // 227 KiB hold 14 rows of 4096 4-byte counts (kMaxDynamicSmem / (4 * 4096) = 14.2): one row per warp
-  // and the totals row, so 13 warps; one more would not fit.
-  CHECK(route_warps(4096) == kMaxDynamicSmem / (4 * 4096) - 1);
-  CHECK(route_dynamic_smem(4096, route_warps(4096) + 1) > kMaxDynamicSmem);
+  // 227 KiB hold 14 rows of 4096 4-byte counts (227 KiB / (4 * 4096) = 14.2): one row per warp and the
+  // totals row, so 13 warps; one more would not fit. SM12x's 99 KiB hold 6 rows: 5 warps.
+  CHECK(route_warps(4096, Arch::sm_90a) == 227 * 1024 / (4 * 4096) - 1);
+  CHECK(route_dynamic_smem(4096, route_warps(4096, Arch::sm_90a) + 1) > 227 * 1024);
+  CHECK(route_warps(4096, Arch::sm_120a) == 99 * 1024 / (4 * 4096) - 1);
+  CHECK(route_warps(4096, Arch::sm_121a) == 5);
   CHECK_THROWS_WITH(generate_source(KernelKey::parse("route:sm_90a:mxfp4:silu:a16:E4096:H0:I0:w16n1d1o0:b0:l0:i0")),
                     Catch::Contains("fewer warps"));
   CHECK_NOTHROW(generate_source(KernelKey::parse("route:sm_90a:mxfp4:silu:a16:E4096:H0:I0:w13n1d1o0:b0:l0:i0")));

@@ -171,22 +171,22 @@ Arch arch_from_args(const Args& args, std::optional<Arch> fallback, std::string*
                           gpu.present ? gpu.why : "no GPU found");
     return *fallback;
   }
-  throw UsageError(fmt::format("--arch is required when no usable GPU is present ({}); give one of sm_90a, sm_100a, "
-                               "sm_120a",
-                               gpu.why));
+  throw UsageError(fmt::format("--arch is required when no usable GPU is present ({}); give {}", gpu.why,
+                               arch_names()));
 }
 
 int sm_count_from_args(const Args& args, Arch arch, std::string* note) {
-  if (args.has("sm-count")) return args.integer("sm-count", 132, 1, 100000);
+  const ArchLimits& limits = arch_limits(arch);
+  if (args.has("sm-count")) return args.integer("sm-count", limits.default_sm_count, 1, 100000);
   const GpuProbe& gpu = gpu_probe();
   if (gpu.usable() && *gpu.info.arch == arch) return gpu.info.sm_count;
   // Plans depend on the SM count: keys prewarmed for another count may be missed by the target server.
   if (note)
-    *note = fmt::format("assumed: {}; pass --sm-count for the target GPU",
+    *note = fmt::format("the {}'s, assumed: {}; pass --sm-count for the target GPU", limits.default_gpu,
                         gpu.usable() ? fmt::format("this machine's GPU is {}, not {}", to_string(*gpu.info.arch),
                                                    to_string(arch))
                                      : std::string("no usable GPU here"));
-  return 132;
+  return limits.default_sm_count;
 }
 
 std::string describe_spec(const LayerSpec& s) {

@@ -51,9 +51,8 @@ GpuProbe parse_answer(const std::string& text) {
   p.present = true;
   p.info.arch = arch_for_capability(p.info.cc_major, p.info.cc_minor);
   if (!p.info.arch)
-    p.why = fmt::format("GPU {} has compute capability {}.{}, which moejit does not build for (sm_90a, sm_100a, "
-                        "sm_120a)",
-                        p.info.name, p.info.cc_major, p.info.cc_minor);
+    p.why = fmt::format("GPU {} has compute capability {}.{}, which moejit does not build for ({})",
+                        p.info.name, p.info.cc_major, p.info.cc_minor, arch_names());
   return p;
 }
 

@@ -192,7 +192,7 @@ int cmd_inspect(int argc, char** argv) {
       "missing). `moejit plan` lists a config's keys, e.g.\n  " +
           example,
       {{"emit", "WHAT", "source (default), ptx, sass, loops or resources"},
-       {"arch", "ARCH", "override the key's architecture (sm_90a, sm_100a, sm_120a)"}},
+       {"arch", "ARCH", "override the key's architecture (sm_90a, sm_100a, sm_120a, sm_121a)"}},
       {"KEY"}};
   Args args(spec, argc, argv, 2);
   if (args.help()) {

@@ -64,8 +64,8 @@ int cmd_plan(int argc, char** argv) {
       "for the config's local layer; consecutive M with the same plan are merged into a range. Pure host code:\n"
       "works without a GPU (then --arch defaults to sm_90a).",
       {{"config", "NAME|PATH", "bundled config name or JSON file (default: " + default_config_name() + ")"},
-       {"arch", "ARCH", "sm_90a, sm_100a or sm_120a (default: the GPU's, else sm_90a)"},
-       {"sm-count", "N", "SM count (default: the GPU's, else 132)"},
+       {"arch", "ARCH", "sm_90a, sm_100a, sm_120a or sm_121a (default: the GPU's, else sm_90a)"},
+       {"sm-count", "N", "SM count (default: the GPU's, else the architecture's usual GPU: 132 sm_90a, 148 sm_100a, 188 sm_120a, 48 sm_121a)"},
        {"max-tokens", "N", "show M = 1..N (default 64)"},
        {"tokens", "LIST", "show these M instead, e.g. 1,2,4 or 1-8,16"},
        {"family", "F", "force a family: auto (default), decode or batch"}},

@@ -285,10 +285,10 @@ int cmd_prewarm(int argc, char** argv) {
       "verified and kept. Works without a GPU when --arch is given; without --arch the GPU's architecture is used.\n"
       "Exits 1 if any kernel fails to compile or the cache cannot be written.",
       {{"config", "NAME|PATH", "bundled config name or JSON file (default: " + default_config_name() + ")"},
-       {"arch", "ARCH", "sm_90a, sm_100a or sm_120a (default: the GPU's; required without a GPU)"},
+       {"arch", "ARCH", "sm_90a, sm_100a, sm_120a or sm_121a (default: the GPU's; required without a GPU)"},
        {"max-tokens", "N", "largest token count M to cover (default 64)"},
        {"jobs", "N", "worker processes (default: number of CPUs)"},
-       {"sm-count", "N", "SM count the planner assumes (default: the GPU's, else 132)"},
+       {"sm-count", "N", "SM count the planner assumes (default: the GPU's, else the architecture's usual GPU: 132 sm_90a, 148 sm_100a, 188 sm_120a, 48 sm_121a)"},
        {"quiet", "", "no progress line"}},
       {}};
   Args args(spec, argc, argv, 2);

@@ -59,6 +59,9 @@ int dynamic_smem(const KernelKey& key) {
   return (key.depth + 1) * stage;
 }
 
+// Launch bounds promise the key's CTAs per SM (at least 1).
+int ctas_per_sm(const KernelKey& key) { return std::max(key.min_blocks, 1); }
+
 // wgmma_rs for an n-column tile: one m64nNk16 warpgroup MMA, bf16 A from four registers per thread, B by
 // shared-memory descriptor, fp32 accumulators d[0..n/2) added to (templates/wgmma.cuh). Generated because
 // the operand list is as long as the accumulator.
@@ -84,9 +87,11 @@ std::string wgmma_rs_source(int n) {
 std::string source(const KernelKey& key, const std::string& entry) {
   const bool fc1 = key.kind == KernelKind::batch_fc1;
   const int smem = dynamic_smem(key);
-  if (smem > kMaxDynamicSmem)
-    throw Error(fmt::format("kernel key {}: the copy ring needs {} bytes of shared memory, more than {}", key.str(),
-                            smem, kMaxDynamicSmem));
+  const int most = arch_limits(key.arch).max_dynamic_smem;
+  if (smem > most)
+    throw Error(fmt::format("kernel key {}: the copy ring needs {} bytes of shared memory, more than the {} a CTA has "
+                            "on {}",
+                            key.str(), smem, most, to_string(key.arch)));
   // The template arguments by name; each format below uses the ones it needs.
   fmt::dynamic_format_arg_store<fmt::format_context> a;
   a.push_back(fmt::arg("nvfp4", cpp_bool(key.format == ScaleFormat::nvfp4)));
@@ -103,7 +108,7 @@ std::string source(const KernelKey& key, const std::string& entry) {
   a.push_back(fmt::arg("mats", fc1 ? fc1_mats(key) : 1));
   a.push_back(fmt::arg("bytes", smem));
   a.push_back(fmt::arg("threads", warps_threads(key)));
-  a.push_back(fmt::arg("min_blocks", std::max(key.min_blocks, 1)));
+  a.push_back(fmt::arg("min_blocks", ctas_per_sm(key)));
   a.push_back(fmt::arg("entry", entry));
   a.push_back(fmt::arg("params", fc1 ? "BatchFc1Params" : "BatchFc2Params"));
   auto format = [&](std::string_view text) { return fmt::vformat(text, a); };
@@ -196,7 +201,7 @@ int batch_dynamic_smem(const KernelKey& raw) {
   return dynamic_smem(key);
 }
 
-const KernelFamily kBatchFamily{"batch", kKinds, Family::batch, normalize, warps_threads, dynamic_smem, source, plan,
-                                kMaxTokens};
+const KernelFamily kBatchFamily{"batch",     kKinds, Family::batch, normalize, warps_threads, dynamic_smem,
+                                ctas_per_sm, source, plan,          kMaxTokens};
 
 }  // namespace moejit::detail

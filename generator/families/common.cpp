@@ -77,4 +77,6 @@ int warps_threads(const KernelKey& key) { return key.warps * 32; }
 
 int no_dynamic_smem(const KernelKey&) { return 0; }
 
+int one_cta_per_sm(const KernelKey&) { return 1; }
+
 }  // namespace moejit::detail

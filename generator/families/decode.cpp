@@ -116,9 +116,10 @@ std::string fc1_source(const KernelKey& key, const std::string& entry) {
 
 std::string fc1_stream_source(const KernelKey& key, const std::string& entry) {
   const int smem = dynamic_smem(key);
-  if (smem > kMaxDynamicSmem)
-    throw Error(fmt::format("kernel key {}: the ring needs {} bytes of shared memory, more than {}", key.str(), smem,
-                            kMaxDynamicSmem));
+  const int most = arch_limits(key.arch).max_dynamic_smem;
+  if (smem > most)
+    throw Error(fmt::format("kernel key {}: the ring needs {} bytes of shared memory, more than the {} a CTA has on {}",
+                            key.str(), smem, most, to_string(key.arch)));
   // The generated source's check that the device's ring (SlabStreamRing::kBytes) has the size the host
   // launches with.
   const std::string ring_check = fmt::format(
@@ -185,18 +186,20 @@ int inline_route_list_bytes(const KernelKey& key) {
 int decode_ctas_per_sm(const KernelKey& key) {
   // Decode kernels hide latency with resident warps: cap registers so that at least 512 threads per SM
   // stay resident. Wide token tiles (4+) keep their accumulators instead. A streaming kernel runs as
-  // many CTAs as its shared memory allows.
+  // many CTAs as its shared memory allows. Never more than the architecture keeps resident.
+  const ArchLimits& arch = arch_limits(key.arch);
   const int block = threads(key);
-  if (key.min_blocks > 0) return key.min_blocks;
+  const int resident = std::max(1, std::min(arch.max_ctas_per_sm, arch.max_threads_per_sm / block));
+  if (key.min_blocks > 0) return std::min(key.min_blocks, resident);
   int ctas = key.ntiles >= 4 ? 1 : std::max(1, 512 / block);
   if (key.kind == KernelKind::decode_fc1_stream) {
-    // Shared memory per CTA: the ring, the static reduction buffer and routing list, and the 1 KiB the
-    // driver reserves per CTA, out of 228 KiB per SM.
+    // Shared memory per CTA: the ring, the static reduction buffer and routing list, and what the
+    // driver reserves per CTA, out of the SM's shared memory.
     const int per_cta = kernel_dynamic_smem(key) + key.warps * key.ntiles * fc1_mats(key) * 4 * 32 * 4 +
-                        inline_route_list_bytes(key) + 1024;
-    ctas = std::max(1, std::min(2048 / block, 228 * 1024 / per_cta));  // as many as fit
+                        inline_route_list_bytes(key) + arch.smem_reserved;
+    ctas = std::max(1, std::min(arch.max_threads_per_sm / block, arch.smem_per_sm / per_cta));  // as many as fit
   }
-  return ctas;
+  return std::min(ctas, resident);
 }
 
 int decode_register_cap(const KernelKey& key) {
@@ -215,7 +218,7 @@ bool decode_activation_ring(const KernelKey& raw) {
 
 Plan plan_decode(const PlanRequest& request);  // decode_plan.cpp
 
-const KernelFamily kDecodeFamily{"decode", kKinds, Family::decode, normalize, threads, dynamic_smem, source,
-                                 plan_decode, kDecodeMaxTokens};
+const KernelFamily kDecodeFamily{"decode",           kKinds,      Family::decode, normalize,       threads,
+                                 dynamic_smem,       decode_ctas_per_sm, source,  plan_decode, kDecodeMaxTokens};
 
 }  // namespace moejit::detail

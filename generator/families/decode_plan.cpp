@@ -259,6 +259,9 @@ Plan plan_decode(const PlanRequest& r) {
   // MOEJIT_DECODE_TILE_FC1 / _FC2 (or MOEJIT_DECODE_TILE for both) override the tiles, for sweeps.
   if (const auto& t = tuning.decode_tile_fc1 ? tuning.decode_tile_fc1 : tuning.decode_tile) t->apply(fc1);
   if (const auto& t = tuning.decode_tile_fc2 ? tuning.decode_tile_fc2 : tuning.decode_tile) t->apply(fc2);
+  // The key states what its launch bounds promise: at most the CTAs the architecture keeps resident.
+  for (KernelKey* k : {&fc1, &fc2})
+    if (k->min_blocks > 0) k->min_blocks = decode_ctas_per_sm(*k);
   if (cooperative) {
     // One block shape for both phases: FC1's tile.
     KernelKey fused = fc1;

@@ -50,6 +50,8 @@ struct KernelFamily {
   int (*threads)(const KernelKey& key);
   // Dynamic shared memory, in bytes, the key's kernel is launched with.
   int (*dynamic_smem)(const KernelKey& key);
+  // CTAs per SM the kernel's launch bounds are built for (registers are capped so that they fit).
+  int (*ctas_per_sm)(const KernelKey& key);
   // The generated translation unit of a normalized key (entry: its extern "C" name).
   std::string (*source)(const KernelKey& key, const std::string& entry);
   // The kernels of a forward of request.tokens tokens, in launch order (planned families only).
@@ -93,5 +95,7 @@ int chunk_scale_bytes(const KernelKey& key);
 int warps_threads(const KernelKey& key);
 // No dynamic shared memory.
 int no_dynamic_smem(const KernelKey& key);
+// Launch bounds without a CTAs-per-SM promise.
+int one_cta_per_sm(const KernelKey& key);
 
 }  // namespace moejit::detail

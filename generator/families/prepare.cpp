@@ -33,7 +33,7 @@ std::string source(const KernelKey& key, const std::string& entry) {
 
 }  // namespace
 
-const KernelFamily kPrepareFamily{"prepare", kKinds, Family::automatic, normalize, warps_threads, no_dynamic_smem,
-                                  source, nullptr, 0};
+const KernelFamily kPrepareFamily{"prepare",       kKinds, Family::automatic, normalize, warps_threads,
+                                  no_dynamic_smem, one_cta_per_sm, source,         nullptr, 0};
 
 }  // namespace moejit::detail

@@ -30,10 +30,11 @@ void normalize(KernelKey& k, const KernelKey& original) {
 int dynamic_smem(const KernelKey& key) { return route_dynamic_smem(key.experts, key.warps); }
 
 std::string source(const KernelKey& key, const std::string& entry) {
-  if (dynamic_smem(key) > kMaxDynamicSmem)
+  const int most = arch_limits(key.arch).max_dynamic_smem;
+  if (dynamic_smem(key) > most)
     throw Error(fmt::format("kernel key {}: the route kernel's [warps][experts] table needs {} bytes of shared "
-                            "memory, more than {}; use fewer warps",
-                            key.str(), dynamic_smem(key), kMaxDynamicSmem));
+                            "memory, more than the {} a CTA has on {}; use fewer warps",
+                            key.str(), dynamic_smem(key), most, to_string(key.arch)));
   return kernel_header(key, 0) +
          fmt::format("#include \"moe_route.cuh\"\n"
                      "extern \"C\" __global__ void __launch_bounds__({threads}) {entry}(const RouteParams p) {{\n"
@@ -47,11 +48,11 @@ std::string source(const KernelKey& key, const std::string& entry) {
 KernelKey route_key(const LayerSpec& spec, Arch arch) {
   KernelKey k = layer_key(spec, arch);
   k.kind = KernelKind::route;
-  k.warps = route_warps(spec.experts);
+  k.warps = route_warps(spec.experts, arch);
   return k.normalized();
 }
 
-const KernelFamily kRouteFamily{"route", kKinds, Family::automatic, normalize, warps_threads, dynamic_smem,
-                                source, nullptr, 0};
+const KernelFamily kRouteFamily{"route",      kKinds, Family::automatic, normalize, warps_threads, dynamic_smem,
+                                one_cta_per_sm, source, nullptr,           0};
 
 }  // namespace moejit::detail

@@ -10,9 +10,10 @@ namespace moejit::detail {
 // Dynamic shared memory of the route kernel: a [warps][experts] table of per-warp counts, then
 // cursors, and the experts' totals. Pure.
 inline constexpr int route_dynamic_smem(int experts, int warps) { return (warps + 1) * experts * 4; }
-// Warps of the route kernel for `experts` local experts: 16, fewer where its table would not fit. Pure.
-inline constexpr int route_warps(int experts) {
-  const int fit = kMaxDynamicSmem / (4 * experts) - 1;
+// Warps of the route kernel for `experts` local experts on `arch`: 16, fewer where its table would not fit
+// the CTA's shared memory. Pure.
+inline int route_warps(int experts, Arch arch) {
+  const int fit = arch_limits(arch).max_dynamic_smem / (4 * experts) - 1;
   return fit < 1 ? 1 : fit > 16 ? 16 : fit;
 }
 // The route key of a layer's plan on `arch` (normalized).

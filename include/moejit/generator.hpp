@@ -26,8 +26,9 @@ int kernel_threads(const KernelKey& key);
 // Dynamic shared memory, in bytes, a key's kernel is launched with (0 for kernels without). Pure; throws
 // moejit::Error for a key that does not normalize.
 int kernel_dynamic_smem(const KernelKey& key);
-// The most dynamic shared memory a CTA may use on the architectures moejit builds for (227 KiB).
-inline constexpr int kMaxDynamicSmem = 227 * 1024;
+// CTAs per SM a key's kernel is built for: its launch bounds cap registers so that this many fit. Pure;
+// throws moejit::Error for a key that does not normalize.
+int kernel_ctas_per_sm(const KernelKey& key);
 
 // `moejit bench`'s read floor: a kernel (no key, never cached) that only streams n16 x 16 contiguous
 // bytes, moejit_read_floor(const char* p, unsigned long long n16, unsigned* sink), 512 threads per CTA.

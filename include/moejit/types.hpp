@@ -11,7 +11,9 @@ enum class ScaleFormat { nvfp4, mxfp4 };
 enum class Activation { silu, gelu_tanh, relu2, swigluoai };
 enum class ActPrecision { a16, a8, a4 };
 enum class GateUpOrder { gate_up, up_gate, interleaved };
-enum class Arch { sm_90a, sm_100a, sm_120a };
+// sm_120a: compute capability 12.0 (RTX PRO 6000, RTX 5090); sm_121a: 12.1 (DGX Spark's GB10), whose
+// driver loads no sm_120a cubin.
+enum class Arch { sm_90a, sm_100a, sm_120a, sm_121a };
 // Kernel families a forward can run (automatic: the planner's choice by M).
 enum class Family { automatic, decode, batch };
 // How the decode family's FC1 and FC2 are launched: FC2 as a programmatic dependent of FC1 (default,
@@ -38,8 +40,26 @@ DecodeLaunch parse_decode_launch(std::string_view s);
 inline bool is_gated(Activation a) { return a != Activation::relu2; }
 // Elements per scale along K: 16 (NVFP4, e4m3 scales) or 32 (MXFP4, e8m0 scales).
 inline int scale_block(ScaleFormat f) { return f == ScaleFormat::nvfp4 ? 16 : 32; }
-// Compute capability major*10+minor of an architecture (90, 100, 120).
+// Compute capability major*10+minor of an architecture (90, 100, 120, 121).
 int arch_cc(Arch a);
+// Every architecture moejit builds for, in enum order.
+inline constexpr Arch kArchs[] = {Arch::sm_90a, Arch::sm_100a, Arch::sm_120a, Arch::sm_121a};
+// "sm_90a, sm_100a, sm_120a or sm_121a", for messages.
+std::string arch_names();
+
+// What the planner and the generator size kernels by, per architecture (the CUDA programming guide's
+// table of compute capabilities), in one place.
+struct ArchLimits {
+  int max_dynamic_smem;    // bytes of dynamic shared memory one CTA may opt into
+  int smem_per_sm;         // bytes of shared memory per SM (CTAs on an SM share it)
+  int smem_reserved;       // bytes the driver reserves per resident CTA
+  int max_threads_per_sm;  // resident threads per SM
+  int max_ctas_per_sm;     // resident CTAs per SM
+  int registers_per_sm;    // 32-bit registers per SM
+  int default_sm_count;    // SMs of the GPU plans assume when none is given
+  const char* default_gpu; // that GPU
+};
+const ArchLimits& arch_limits(Arch a);
 
 // Geometry and numerics of one MoE layer (DESIGN §1, §3). Runtime-only values (alpha, beta, limit)
 // live here too because a layer carries them; kernels take them as arguments.
