@@ -1,5 +1,5 @@
 // The `moejit` command-line tool, run as a separate process with a private cache directory.
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>

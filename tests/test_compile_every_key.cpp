@@ -5,7 +5,7 @@
 // prewarm`, the path operators use, with two worker processes into a private cache; the planner's own key
 // count is the expected one, so a key that fails to compile, or one the CLI would skip, fails the test.
 // test_compile_default.cpp checks the default config's kernels one by one (registers and spills).
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 
 #include <fstream>
 #include <set>

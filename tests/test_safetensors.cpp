@@ -2,7 +2,7 @@
 // files, and every malformed-file case giving a moejit::Error with a useful message.
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -17,7 +17,7 @@
 #include "moejit/safetensors.hpp"
 
 using namespace moejit;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 namespace fs = std::filesystem;
 
 namespace {
