@@ -175,7 +175,7 @@ std::shared_ptr<PreparedLayer> Runtime::prepare(const HostLayer& layer) {
   };
   v.w13 = up(layer.w13);
   v.w13_scale = up(layer.w13_scale);
-  v.w13_global_scale = up(layer.w13_global_scale);
+  v.w13_global_scale = up(kernel_fc1_global_scale(layer));  // [E]; refuses distinct gate/up global scales
   v.w13_bias = up(layer.w13_bias);
   v.w2 = up(layer.w2);
   v.w2_scale = up(layer.w2_scale);

@@ -274,7 +274,7 @@ void print_prewarm_summary(const PrewarmSummary& s, const std::string& what) {
 }
 
 int cmd_prewarm(int argc, char** argv) {
-  static const CommandSpec spec{
+  static const CommandSpec spec = with_checkpoint_options(CommandSpec{
       "prewarm",
       "--config NAME|PATH [--arch ARCH] [--max-tokens N] [--jobs N] [--sm-count N]",
       "compile and cache every kernel a model config needs",
@@ -289,7 +289,7 @@ int cmd_prewarm(int argc, char** argv) {
        {"jobs", "N", "worker processes (default: number of CPUs)"},
        {"sm-count", "N", "SM count the planner assumes (default: the GPU's, else 132)"},
        {"quiet", "", "no progress line"}},
-      {}};
+      {}}, false);
   Args args(spec, argc, argv, 2);
   if (args.help()) {
     std::fputs(help_text(spec).c_str(), stdout);
