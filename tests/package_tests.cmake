@@ -18,6 +18,10 @@ endfunction()
 
 # Plans a layer, generates and NVRTC-compiles a kernel, runs the CPU reference.
 moejit_package_test(package_consumer ${CMAKE_CURRENT_SOURCE_DIR}/consumer consumer)
+# The example server (examples/server) builds against the package and serves a short run; without a
+# GPU it exits 77, reported as skipped.
+moejit_package_test(package_example_server ${CMAKE_SOURCE_DIR}/examples/server moejit_server
+                    RUN_ARGS --threads 2 --requests 24 --max-tokens 8 --check-every 4)
 
 # Where the system's Catch2 is v2 (Debian 12), part of the suite is built and run against Debian's
 # Catch2 v3 package too (tools/catch2_v3_tree.sh unpacks it into the build tree: no root, no system
