@@ -2,6 +2,7 @@
 // expert parallelism, FC1 row orders, an independent naive loop at gpt-oss geometry, and the five
 // golden layers computed by an independent fp64 implementation.
 #include "catch_compat.hpp"
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
 BUILD_DIR=${BUILD_DIR:-build}
-if grep -q '^Catch2_DIR:PATH=.*NOTFOUND' "$BUILD_DIR/CMakeCache.txt"; then
+if ! grep -q '^MOEJIT_TESTS_BUILT:INTERNAL=ON$' "$BUILD_DIR/CMakeCache.txt"; then
   echo "error: Catch2 was not found, so the tests were not built; install the package catch2 (v2 or v3)" >&2
   exit 1
 fi
