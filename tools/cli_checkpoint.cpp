@@ -9,13 +9,13 @@
 
 namespace moejit::cli {
 
-CommandSpec with_checkpoint_options(CommandSpec spec, bool with_tp_rank) {
-  spec.synopsis += " | --checkpoint DIR [--tp N" + std::string(with_tp_rank ? " --tp-rank R" : "") +
-                   "] [--ep N --ep-rank R]";
+CommandSpec with_checkpoint_options(CommandSpec spec, bool with_tp_rank, const std::string& checkpoint_form) {
+  spec.synopsis += "\n   or: moejit " + spec.name + " --checkpoint DIR" + (checkpoint_form.empty() ? "" : " " + checkpoint_form) +
+                   " [--tp N" + std::string(with_tp_rank ? " --tp-rank R" : "") + "] [--ep N --ep-rank R]";
   spec.description +=
-      "\n--checkpoint DIR reads the geometry from a checkpoint directory instead of a config (config.json, the\n"
-      "quantization config and the safetensors shards of a ModelOpt NVFP4 or gpt-oss MXFP4 checkpoint;\n"
-      "docs/CHECKPOINTS.md), sliced for one rank by --tp and --ep.";
+      "\n--checkpoint DIR reads the layer from a checkpoint directory (config.json, the quantization config and\n"
+      "the safetensors shards of a ModelOpt NVFP4 or gpt-oss MXFP4 checkpoint; docs/CHECKPOINTS.md), sliced for\n"
+      "one rank by --tp and --ep.";
   spec.options.push_back({"checkpoint", "DIR", "checkpoint directory (instead of --config)"});
   spec.options.push_back({"tp", "N", "tensor-parallel degree: each rank holds I / N (default 1)"});
   if (with_tp_rank) spec.options.push_back({"tp-rank", "R", "tensor-parallel rank loaded, 0..tp-1 (default 0)"});

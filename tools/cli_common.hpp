@@ -88,8 +88,9 @@ ModelConfig config_from_args(const Args& args, const std::string& option = "conf
 
 // ---- checkpoints (tools/cli_checkpoint.cpp) -----------------------------------------------------
 
-// The spec with --checkpoint, --tp, [--tp-rank,] --ep and --ep-rank added (help text too).
-CommandSpec with_checkpoint_options(CommandSpec spec, bool with_tp_rank);
+// The spec with --checkpoint, --tp, [--tp-rank,] --ep and --ep-rank added (help text too), and a second
+// synopsis line "--checkpoint DIR <checkpoint_form> [slicing options]".
+CommandSpec with_checkpoint_options(CommandSpec spec, bool with_tp_rank, const std::string& checkpoint_form = "");
 // The rank slice --tp/--tp-rank/--ep/--ep-rank name (UsageError naming the option when out of range).
 CheckpointSlice slice_from_args(const Args& args);
 // The model config of --checkpoint DIR sliced by the options above; nullopt without --checkpoint.

@@ -68,7 +68,7 @@ int cmd_plan(int argc, char** argv) {
        {"max-tokens", "N", "show M = 1..N (default 64)"},
        {"tokens", "LIST", "show these M instead, e.g. 1,2,4 or 1-8,16"},
        {"family", "F", "force a family: auto (default), decode or batch"}},
-      {}}, false);
+      {}}, false, "[--arch ARCH] [--sm-count N] [--max-tokens N] [--tokens LIST]");
   Args args(spec, argc, argv, 2);
   if (args.help()) {
     std::fputs(help_text(spec).c_str(), stdout);

@@ -289,7 +289,7 @@ int cmd_prewarm(int argc, char** argv) {
        {"jobs", "N", "worker processes (default: number of CPUs)"},
        {"sm-count", "N", "SM count the planner assumes (default: the GPU's, else 132)"},
        {"quiet", "", "no progress line"}},
-      {}}, false);
+      {}}, false, "[--arch ARCH] [--max-tokens N] [--jobs N]");
   Args args(spec, argc, argv, 2);
   if (args.help()) {
     std::fputs(help_text(spec).c_str(), stdout);

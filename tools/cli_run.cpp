@@ -81,7 +81,7 @@ int cmd_run(int argc, char** argv) {
            {"check", "", "compare with the CPU reference (tolerance above); exit 1 when outside it"},
            {"family", "F", "auto (default), decode or batch: force a kernel family (fails if it cannot serve M)"}},
           {}},
-      true);
+      true, "--layer N [--input I.safetensors | --tokens M --seed S] [--output O.safetensors] [--check]");
   Args args(spec, argc, argv, 2);
   if (args.help()) {
     std::fputs(help_text(spec).c_str(), stdout);
