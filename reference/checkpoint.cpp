@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 #include <set>
 
 #include "moejit/error.hpp"
@@ -22,6 +21,9 @@ std::vector<int> find_layers(const CheckpointFiles& files, const std::regex& pat
   for (const std::string& name : files.names()) {
     if (name.find("experts") == std::string::npos || !std::regex_match(name, m, pattern)) continue;
     prefixes.insert(m[1].str());
+    if (m[2].length() > 6)  // no model has a million layers; and std::stoi would throw its own error
+      throw Error(fmt::format("checkpoint {}: tensor '{}' names layer {}, which is out of range", files.dir(), name,
+                              m[2].str()));
     layers.insert(std::stoi(m[2].str()));
   }
   if (prefixes.size() > 1)
