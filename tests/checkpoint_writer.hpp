@@ -6,7 +6,9 @@
 // its tensors out of a realistic mix. Tests load them through the real code path.
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>

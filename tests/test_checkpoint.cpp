@@ -4,7 +4,9 @@
 // them; TP and EP slices sum to the unsliced layer's output; every broken file is named in the error.
 #include "catch_compat.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <filesystem>
 #include <string>
 #include <vector>
