@@ -60,12 +60,17 @@ void HostLayer::validate() const {
   expect("w2_scale", w2_scale.size(), E * H * I / block, "[E, H, I/" + blk + "]");
 
   if (spec.format == ScaleFormat::nvfp4) {
-    expect(fc1 + "_global_scale", w13_global_scale.size(), E, "[E] (nvfp4 needs per-expert global scales)");
+    // [E, 2] (gate, up) only where there is an up projection to scale apart.
+    if (!(is_gated(spec.activation) && w13_global_scale.size() == static_cast<size_t>(2 * E)))
+      expect(fc1 + "_global_scale", w13_global_scale.size(), E,
+             is_gated(spec.activation) ? "[E] or [E, 2] (nvfp4 needs per-expert global scales)"
+                                       : "[E] (nvfp4 needs per-expert global scales)");
     expect("w2_global_scale", w2_global_scale.size(), E, "[E] (nvfp4 needs per-expert global scales)");
-    // Only E values each: cheap to check, and a NaN here would poison a whole expert silently.
+    // Only E (or 2E) values each: cheap to check, and a NaN here would poison a whole expert silently.
+    for (size_t i = 0; i < w13_global_scale.size(); ++i)
+      if (!std::isfinite(w13_global_scale[i]))
+        throw Error("layer tensor " + fc1 + "_global_scale[" + std::to_string(i) + "] is not finite");
     for (int64_t e = 0; e < E; ++e) {
-      if (!std::isfinite(w13_global_scale[e]))
-        throw Error("layer tensor " + fc1 + "_global_scale[" + std::to_string(e) + "] is not finite");
       if (!std::isfinite(w2_global_scale[e]))
         throw Error("layer tensor w2_global_scale[" + std::to_string(e) + "] is not finite");
     }
@@ -89,8 +94,9 @@ namespace {
 // Element (row, k) of a packed FP4 matrix [rows, cols] of one expert, with its block scale applied.
 // e2m1 * e4m3 has at most 6 significant bits and e2m1 * e8m0 is a power-of-two multiple, so this
 // product is exact in float; only NVFP4's extra global factor can round (once).
-float dequant(const HostLayer& L, const std::vector<uint8_t>& q, const std::vector<uint8_t>& scales,
-              const std::vector<float>& global, int e, int row, int k, int rows, int cols, const char* name) {
+// `global` is the expert's NVFP4 global scale for this row (unused for MXFP4).
+float dequant(const HostLayer& L, const std::vector<uint8_t>& q, const std::vector<uint8_t>& scales, float global,
+              int e, int row, int k, int rows, int cols, const char* name) {
   if (e < 0 || e >= L.spec.experts || row < 0 || row >= rows || k < 0 || k >= cols)
     throw Error(std::string(name) + ": element (expert " + std::to_string(e) + ", row " + std::to_string(row) + ", k " +
                 std::to_string(k) + ") outside [" + std::to_string(L.spec.experts) + ", " + std::to_string(rows) + ", " +
@@ -99,18 +105,33 @@ float dequant(const HostLayer& L, const std::vector<uint8_t>& q, const std::vect
   const int64_t r = static_cast<int64_t>(e) * rows + row;
   const float v = e2m1_to_float(fp4_nibble(q.data() + r * (cols / 2), k));
   const uint8_t s = scales[r * (cols / block) + k / block];
-  if (L.spec.format == ScaleFormat::nvfp4) return v * e4m3_to_float(s) * global[e];
+  if (L.spec.format == ScaleFormat::nvfp4) return v * e4m3_to_float(s) * global;
   return v * e8m0_to_float(s);
 }
 
 }  // namespace
 
+bool HostLayer::has_split_fc1_global_scale() const {
+  return spec.format == ScaleFormat::nvfp4 && is_gated(spec.activation) &&
+         w13_global_scale.size() == 2 * static_cast<size_t>(spec.experts);
+}
+
+float HostLayer::fc1_global_scale(int e, int row) const {
+  if (spec.format != ScaleFormat::nvfp4) return 1.0f;
+  if (e < 0 || e >= spec.experts)
+    throw Error("fc1_global_scale: expert " + std::to_string(e) + " outside [0, " + std::to_string(spec.experts) + ")");
+  if (!has_split_fc1_global_scale()) return w13_global_scale.at(e);
+  return w13_global_scale.at(2 * static_cast<size_t>(e) + (fc1_row_role(spec, row).up ? 1 : 0));
+}
+
 float HostLayer::fc1_weight(int e, int row, int k) const {
-  return dequant(*this, w13, w13_scale, w13_global_scale, e, row, k, spec.fc1_rows(), spec.hidden, "fc1_weight");
+  const float g = (e >= 0 && e < spec.experts && row >= 0 && row < spec.fc1_rows()) ? fc1_global_scale(e, row) : 0.0f;
+  return dequant(*this, w13, w13_scale, g, e, row, k, spec.fc1_rows(), spec.hidden, "fc1_weight");
 }
 
 float HostLayer::fc2_weight(int e, int row, int k) const {
-  return dequant(*this, w2, w2_scale, w2_global_scale, e, row, k, spec.hidden, spec.intermediate, "fc2_weight");
+  const float g = (spec.format == ScaleFormat::nvfp4 && e >= 0 && e < spec.experts) ? w2_global_scale[e] : 1.0f;
+  return dequant(*this, w2, w2_scale, g, e, row, k, spec.hidden, spec.intermediate, "fc2_weight");
 }
 
 HostLayer allocate_layer(const LayerSpec& spec) {
@@ -127,6 +148,14 @@ HostLayer allocate_layer(const LayerSpec& spec) {
     layer.w2_global_scale.assign(E, 0.0f);
   }
   return layer;
+}
+
+std::vector<float> kernel_fc1_global_scale(const HostLayer& layer) {
+  if (layer.spec.format != ScaleFormat::nvfp4 || !is_gated(layer.spec.activation) || layer.has_split_fc1_global_scale())
+    return layer.w13_global_scale;
+  std::vector<float> pairs(2 * layer.w13_global_scale.size());
+  for (size_t e = 0; e < layer.w13_global_scale.size(); ++e) pairs[2 * e] = pairs[2 * e + 1] = layer.w13_global_scale[e];
+  return pairs;
 }
 
 }  // namespace moejit

@@ -152,7 +152,11 @@ HostLayer read_layer_file(const std::string& path) {
   L.w2 = std::move(require(f, what, "w2", "U8", {E, H, I / 2}).data);
   L.w2_scale = std::move(require(f, what, "w2_scale", "U8", {E, H, I / block}).data);
   if (spec.format == ScaleFormat::nvfp4) {
-    L.w13_global_scale = from_bytes<float>(require(f, what, fc1 + "_global_scale", "F32", {E}).data);
+    // [E], or [E, 2] (gate, up scaled apart; gated layers only: HostLayer::w13_global_scale).
+    const auto gs = f.tensors.find(fc1 + "_global_scale");
+    const bool split = gated && gs != f.tensors.end() && gs->second.shape.size() == 2;
+    L.w13_global_scale = from_bytes<float>(
+        require(f, what, fc1 + "_global_scale", "F32", split ? std::vector<int64_t>{E, 2} : std::vector<int64_t>{E}).data);
     L.w2_global_scale = from_bytes<float>(require(f, what, "w2_global_scale", "F32", {E}).data);
   }
   if (spec.has_bias) {
@@ -176,7 +180,9 @@ void write_layer_file(const std::string& path, const HostLayer& L) {
   f.tensors["w2"] = to_tensor("U8", {E, H, I / 2}, L.w2);
   f.tensors["w2_scale"] = to_tensor("U8", {E, H, I / block}, L.w2_scale);
   if (s.format == ScaleFormat::nvfp4) {
-    f.tensors[fc1 + "_global_scale"] = to_tensor("F32", {E}, L.w13_global_scale);
+    f.tensors[fc1 + "_global_scale"] =
+        to_tensor("F32", L.has_split_fc1_global_scale() ? std::vector<int64_t>{E, 2} : std::vector<int64_t>{E},
+                  L.w13_global_scale);
     f.tensors["w2_global_scale"] = to_tensor("F32", {E}, L.w2_global_scale);
   }
   if (s.has_bias) {

@@ -156,14 +156,17 @@ ReferenceOutput reference_forward(const HostLayer& layer, const HostInputs& in, 
     // FC1: h[p, r] = x[m_p] . W1[e, r] (* global) (+ bias), for every slot p routed to e.
     const uint8_t* q1 = layer.w13.data() + e * rows * H / 2;
     const uint8_t* s1 = layer.w13_scale.data() + e * rows * H / block;
-    const double g1 = nvfp4 ? static_cast<double>(layer.w13_global_scale[e]) : 1.0;
+    // Per row: an [E, 2] layer scales its gate and up rows apart (HostLayer::fc1_global_scale).
+    std::vector<double> g1(rows, 1.0);
+    if (nvfp4)
+      for (int64_t r = 0; r < rows; ++r) g1[r] = layer.fc1_global_scale(static_cast<int>(e), static_cast<int>(r));
     h.assign(P * rows, 0.0);
     detail::parallel_for(rows, detail::worker_count(rows, static_cast<double>(H) * (P + 1)), [&](int64_t r0, int64_t r1) {
       std::vector<double> w(H);
       for (int64_t r = r0; r < r1; ++r) {
         decode_row(spec.format, q1, s1, r, H, w.data());
         const double b = spec.has_bias ? static_cast<double>(layer.w13_bias[e * rows + r]) : 0.0;
-        for (int64_t p = 0; p < P; ++p) h[p * rows + r] = dot(x.data() + (es[p] / K) * H, w.data(), H) * g1 + b;
+        for (int64_t p = 0; p < P; ++p) h[p * rows + r] = dot(x.data() + (es[p] / K) * H, w.data(), H) * g1[r] + b;
       }
     });
 

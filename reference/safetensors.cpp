@@ -31,12 +31,12 @@ using json = nlohmann::json;
 int64_t dtype_size(const std::string& dtype) {
   static const std::pair<const char*, int64_t> kSizes[] = {
       {"U8", 1},  {"I8", 1},  {"U16", 2}, {"I16", 2}, {"BF16", 2}, {"F16", 2},
-      {"I32", 4}, {"U32", 4}, {"F32", 4}, {"I64", 8}, {"F64", 8}};
+      {"I32", 4}, {"U32", 4}, {"F32", 4}, {"I64", 8}, {"F64", 8}, {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"BOOL", 1}};
   for (const auto& [name, size] : kSizes)
     if (dtype == name) return size;
   return -1;
 }
-const char* kDtypeList = "U8, I8, U16, I16, BF16, F16, I32, U32, F32, I64, F64";
+const char* kDtypeList = "U8, I8, U16, I16, BF16, F16, I32, U32, F32, I64, F64, F8_E4M3, F8_E5M2, BOOL";
 
 std::string shape_str(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -188,9 +188,18 @@ SafetensorsFile parse_safetensors(const std::vector<uint8_t>& bytes, const std::
   return f;
 }
 
-SafetensorsFile read_safetensors(const std::string& path) {
-  // Read the header, then each tensor straight into its own buffer: a 1.5 GB layer is not held twice.
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
+namespace {
+
+// Opens path and reads and checks its header; `in` is left open for reading tensor data.
+struct OpenedFile {
+  std::ifstream in;
+  uint64_t header_bytes = 0;  // N
+  Header header;
+};
+
+void open_safetensors(const std::string& path, OpenedFile& f) {
+  f.in.open(path, std::ios::binary | std::ios::ate);
+  std::ifstream& in = f.in;
   if (!in) throw Error("safetensors " + path + ": cannot open file");
   const uint64_t size = static_cast<uint64_t>(in.tellg());
   in.seekg(0);
@@ -204,20 +213,56 @@ SafetensorsFile read_safetensors(const std::string& path) {
   std::string text(n, '\0');
   in.read(text.data(), static_cast<std::streamsize>(n));
   if (!in) throw Error("safetensors " + path + ": cannot read the header");
-  const Header h = parse_header(text.data(), text.size(), size - 8 - n, path);
+  f.header_bytes = n;
+  f.header = parse_header(text.data(), text.size(), size - 8 - n, path);
+}
+
+void read_range(std::ifstream& in, const std::string& path, const std::string& name, uint64_t at, uint8_t* dst,
+                uint64_t bytes) {
+  in.clear();
+  in.seekg(static_cast<std::streamoff>(at));
+  in.read(reinterpret_cast<char*>(dst), static_cast<std::streamsize>(bytes));
+  if (!in) throw Error("safetensors " + path + ": cannot read tensor '" + name + "'");
+}
+
+}  // namespace
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  // Read the header, then each tensor straight into its own buffer: a 1.5 GB layer is not held twice.
+  OpenedFile o;
+  open_safetensors(path, o);
   SafetensorsFile f;
-  f.metadata = h.metadata;
-  for (const Entry& e : h.entries) {
+  f.metadata = o.header.metadata;
+  for (const Entry& e : o.header.entries) {
     Tensor t;
     t.dtype = e.dtype;
     t.shape = e.shape;
     t.data.resize(e.end - e.begin);
-    in.seekg(static_cast<std::streamoff>(8 + n + e.begin));
-    in.read(reinterpret_cast<char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
-    if (!in) throw Error("safetensors " + path + ": cannot read tensor '" + e.name + "'");
+    read_range(o.in, path, e.name, 8 + o.header_bytes + e.begin, t.data.data(), t.data.size());
     f.tensors.emplace(e.name, std::move(t));
   }
   return f;
+}
+
+SafetensorsHeader read_safetensors_header(const std::string& path) {
+  OpenedFile o;
+  open_safetensors(path, o);
+  SafetensorsHeader h;
+  h.path = path;
+  h.metadata = o.header.metadata;
+  for (const Entry& e : o.header.entries)
+    h.tensors.emplace(e.name, TensorInfo{e.dtype, e.shape, 8 + o.header_bytes + e.begin, e.end - e.begin});
+  return h;
+}
+
+std::vector<uint8_t> read_tensor_data(const SafetensorsHeader& header, const std::string& name) {
+  auto it = header.tensors.find(name);
+  if (it == header.tensors.end()) throw Error("safetensors " + header.path + ": tensor '" + name + "' is missing");
+  std::ifstream in(header.path, std::ios::binary);
+  if (!in) throw Error("safetensors " + header.path + ": cannot open file");
+  std::vector<uint8_t> data(it->second.bytes);
+  read_range(in, header.path, name, it->second.file_offset, data.data(), data.size());
+  return data;
 }
 
 std::vector<uint8_t> serialize_safetensors(const SafetensorsFile& file) {

@@ -80,7 +80,7 @@ const PreparedLayerImpl& impl_of(const PreparedLayer& layer) {
   return *p;
 }
 
-// The repack kernel prepare launches (runtime/families/prepare_repack.cpp).
+// The repack kernel prepare launches (runtime/families/prepare.cpp).
 KernelKey prepare_key(Arch arch) {
   KernelKey key;
   key.kind = KernelKind::prepare;
@@ -159,7 +159,8 @@ std::shared_ptr<PreparedLayer> Runtime::prepare(const HostLayer& layer) {
   };
   v.w13 = up(layer.w13);
   v.w13_scale = up(layer.w13_scale);
-  v.w13_global_scale = up(layer.w13_global_scale);
+  v.w13_global_scale = up(kernel_fc1_global_scale(layer));  // [E, 2] (gate, up) for gated layers
+  v.w13_global_scale_gate_up = !v.w13_global_scale ? false : is_gated(layer.spec.activation);
   v.w13_bias = up(layer.w13_bias);
   v.w2 = up(layer.w2);
   v.w2_scale = up(layer.w2_scale);

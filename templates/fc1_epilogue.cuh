@@ -13,15 +13,16 @@
 MOEJIT_DEVICE int mma_k_position(int r) { return ((r >> 2) << 1) + (r & 1) + ((r & 2) << 2); }
 
 // Warp 0, after the reduction over warps: the activation of the slab's gate/up rows for the pass's
-// pairs, stored as bf16 times 2^64 (FC2's B operand as is). gs: the slab's fp32 output multiplier.
+// pairs, stored as bf16 times 2^64 (FC2's B operand as is). gs, gs_up: the fp32 output multipliers of the
+// gate (or single) and up rows.
 // kMmaOrder: rows stored at mma_k_position within their 16-row block (the warpgroup-MMA batch kernels).
 template <int kAct, bool kLimit, bool kBias, int kI, int kMats, int kNT, int kCols, bool kMmaOrder = false, class Params>
 MOEJIT_DEVICE void fc1_store_pass(const Params& p, const ExpertWork& work, int slab, int pass, int live,
-                                  const float (&acc)[kNT][kMats][4], float gs) {
+                                  const float (&acc)[kNT][kMats][4], float gs, float gs_up) {
   const int e = work.expert;
   for_each_pass_result<kNT, kCols>(pass, live, work.count, [&](int nt, int i, int t, int r) {
     const int row = slab * 16 + r;
-    float gate = acc[nt][0][i] * gs, up = kMats == 2 ? acc[nt][kMats - 1][i] * gs : 0.f;
+    float gate = acc[nt][0][i] * gs, up = kMats == 2 ? acc[nt][kMats - 1][i] * gs_up : 0.f;
     if (kBias) {
       gate += p.bias[((size_t)e * kMats) * kI + row];
       if (kMats == 2) up += p.bias[((size_t)e * kMats + 1) * kI + row];

@@ -307,7 +307,9 @@ __device__ void moe_batch_fc1(const BatchFc1Params& p) {
   batch_slab_mma<kNvfp4, kH, kMats, kPerWarp, kWarps, kNT, kStages, true>(ops.w, ops.s, valid, live, row_of, batch_ring,
                                                                           acc);
   const ExpertWork work{0, t.expert, t.count, t.pairs};
-  const float gs = batch_output_scale<kNvfp4, kNT, true>(p.gscale, t.expert);
+  const int g = global_scale_index<kMats>(t.expert);
+  const float gs = batch_output_scale<kNvfp4, kNT, true>(p.gscale, g);
+  const float gs_up = kMats == 2 ? batch_output_scale<kNvfp4, kNT, true>(p.gscale, g + 1) : gs;
 #pragma unroll
   for (int j = 0; j < kPerWarp; ++j) {
     if (!(valid >> j & 1u)) continue;
@@ -318,7 +320,7 @@ __device__ void moe_batch_fc1(const BatchFc1Params& p) {
       for (int m = 0; m < kMats; ++m)
 #pragma unroll
         for (int i = 0; i < 4; ++i) part[nt][m][i] = acc[nt][j * kMats + m][i];
-    fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, 8>(p, work, slab + j, t.first, live, part, gs);
+    fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, 8>(p, work, slab + j, t.first, live, part, gs, gs_up);
   }
 }
 

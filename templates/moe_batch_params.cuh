@@ -8,7 +8,7 @@ MOEJIT_PARAMS_BEGIN
 struct BatchFc1Params {
   MOEJIT_PTR(const u32x4) w;     // prepared FC1 weights (the decode family's layout, docs/WEIGHT_LAYOUT.md)
   MOEJIT_PTR(const u8) s;        // prepared FC1 scales
-  MOEJIT_PTR(const float) gscale;  // [E] (NVFP4) or null
+  MOEJIT_PTR(const float) gscale;  // NVFP4: [E][2] (gate, up) for two matrices, [E] for one; MXFP4: null
   MOEJIT_PTR(const float) bias;  // [E][mats][I] or null
   MOEJIT_PTR(const u16) x;       // [M][H] bf16
   MOEJIT_PTR(u16) act;           // [M*K][I] bf16 times 2^64, row q (in MMA column order on warpgroup MMA)

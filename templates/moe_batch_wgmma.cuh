@@ -238,8 +238,11 @@ __device__ void moe_batch_wgmma_fc1(const BatchFc1Params& p) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) part[nt][m][i] = acc[m][nt * 4 + i];
   const ExpertWork work{0, t.expert, t.count, t.pairs};
-  fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, 8, true>(p, work, slab, t.first, (in_tile + 7) / 8, part,
-                                                               wgmma_output_scale<kNvfp4, true>(p.gscale, t.expert));
+  const int g = global_scale_index<kMats>(t.expert);
+  const float gs = wgmma_output_scale<kNvfp4, true>(p.gscale, g);
+  const float gs_up = kMats == 2 ? wgmma_output_scale<kNvfp4, true>(p.gscale, g + 1) : gs;
+  fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, 8, true>(p, work, slab, t.first, (in_tile + 7) / 8, part, gs,
+                                                               gs_up);
 }
 
 // FC2: partial[q, :] = w_q * (act[q] . W2[e]^T + b2[e]) in fp32 for every pair; batch_combine sums them.

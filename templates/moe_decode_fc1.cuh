@@ -29,7 +29,8 @@ __device__ void moe_decode_fc1_work(const DecodeFc1Params& p, const ExpertWork& 
     slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kCols, kDepth, true, kPrefetchX>(ops.w, ops.s, rows, live, acc, false, warp,
                                                                                      x_stage + (kXStaged ? warp * kStageArea : 0));
     reduce_over_warps<kMats, kWarps, kNT>(acc, red);
-    if (warp == 0) fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, kCols>(p, work, slab, pass, live, acc, ops.gs);
+    if (warp == 0) fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, kCols>(p, work, slab, pass, live, acc, ops.gs,
+                                                                                      ops.gs_up);
     __syncthreads();  // red is reused by the next pass
   }
 }

@@ -56,7 +56,9 @@ __device__ void moe_decode_fc1_stream(const DecodeFc1Params& p) {
     const int slot = item / kSlabs, slab = item % kSlabs;
     const int first = route.offset[slot];
     const ExpertWork work{route.num_active, route.expert[slot], route.offset[slot + 1] - first, route.pair + first};
-    const float gs = kNvfp4 ? p.gscale[work.expert] * kAccScale : kAccScale;
+    const int g = global_scale_index<kMats>(work.expert);
+    const float gs = kNvfp4 ? p.gscale[g] * kAccScale : kAccScale;
+    const float gs_up = kNvfp4 && kMats == 2 ? p.gscale[g + 1] * kAccScale : gs;
     for (int pass = 0; pass < work.count; pass += kCols * kNT) {
       const u16* rows[kNT];
       const int live = pass_rows<kNT, kCols>(
@@ -64,7 +66,7 @@ __device__ void moe_decode_fc1_stream(const DecodeFc1Params& p) {
       float acc[kNT][kMats][4];
       ring.template mma_slab<kH, kNT, kCols, true>(rows, live, acc, warp, n);
       reduce_over_warps<kMats, kWarps, kNT>(acc, red);
-      if (warp == 0) fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, kCols>(p, work, slab, pass, live, acc, gs);
+      if (warp == 0) fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, kCols>(p, work, slab, pass, live, acc, gs, gs_up);
       sync_first_threads<kWarps * 32>();  // red is reused by the next pass
     }
   }

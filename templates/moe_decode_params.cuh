@@ -8,7 +8,7 @@ MOEJIT_PARAMS_BEGIN
 struct DecodeFc1Params {
   MOEJIT_PTR(const u32x4) w;     // prepared FC1 weights [E][I/16][chunks][mats][32 lanes] x 16 B
   MOEJIT_PTR(const u8) s;        // prepared FC1 scales  [E][I/16][chunks][mats][8 groups][2 rows][blocks]
-  MOEJIT_PTR(const float) gscale;  // [E] (NVFP4) or null
+  MOEJIT_PTR(const float) gscale;  // NVFP4: [E][2] (gate, up) for two matrices, [E] for one; MXFP4: null
   MOEJIT_PTR(const float) bias;  // [E][mats][I] or null
   MOEJIT_PTR(const u16) x;       // [M][H] bf16
   MOEJIT_PTR(u16) act;           // [M*K][I] bf16 times 2^64 (FC2's B operand as is), row q

@@ -42,20 +42,30 @@ struct ScaleGeometry {
   static constexpr int kBytesPerLane = kBytesPerChunk / 8;  // every lane of row group g reads g's bytes
 };
 
-// Where one expert's 16-row slab lives in a prepared plane, and its fp32 output multiplier.
+// Where one expert's 16-row slab lives in a prepared plane, and its fp32 output multipliers.
 struct SlabOperands {
   const u32x4* w;  // this lane's first 16-byte run (chunk 0, matrix 0)
   const u8* s;     // the slab's scale bytes
-  float gs;        // global scale (NVFP4; 1 for MXFP4) x the 2^62 MMA-scaling correction
+  float gs;        // global scale (NVFP4; 1 for MXFP4) x the 2^62 MMA-scaling correction; FC1: the gate's
+  float gs_up;     // FC1 with two matrices: the up rows' (gate and up may be scaled apart); else gs
 };
+
+// Index of expert e's first global scale in a prepared plane: FC1 with two matrices keeps [E][2] (gate,
+// up), every other plane [E].
+template <int kMats>
+MOEJIT_DEVICE int global_scale_index(int e) {
+  return kMats == 2 ? 2 * e : e;
+}
 
 template <bool kNvfp4, int kChunks, int kMats, int kSlabs>
 MOEJIT_DEVICE SlabOperands slab_operands(const u32x4* w, const u8* s, const float* gscale, int e, int slab) {
   using SG = ScaleGeometry<kNvfp4>;
   const size_t slab_index = (size_t)e * kSlabs + slab;
+  const int g = global_scale_index<kMats>(e);
+  const float gs = kNvfp4 ? gscale[g] * kAccScale : kAccScale;
   return SlabOperands{w + slab_index * kChunks * kMats * 32 + lane_id(),
-                      s + slab_index * kChunks * kMats * SG::kBytesPerChunk,
-                      kNvfp4 ? gscale[e] * kAccScale : kAccScale};
+                      s + slab_index * kChunks * kMats * SG::kBytesPerChunk, gs,
+                      kNvfp4 && kMats == 2 ? gscale[g + 1] * kAccScale : gs};
 }
 
 // Chunks of K part `part` when a slab's kChunks chunks are dealt to kParts parts in turn (chunk c to

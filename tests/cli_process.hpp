@@ -1,6 +1,6 @@
 #pragma once
 // Runs the `moejit` binary as a separate process and collects what it prints (CLI tests, CPU and GPU).
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>

@@ -3,7 +3,7 @@
 // cuDeviceGetCount erring otherwise, a missing entry point) fails instead, so a broken driver cannot
 // pass as "no GPU". MOEJIT_REQUIRE_GPU=1 (for runs on a GPU machine) turns the skip into a failure too.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 
 #include <cstdio>
 #include <cstdlib>

@@ -1,7 +1,7 @@
 #pragma once
 // Helpers shared by the GPU tests: running one forward with a poisoned output and comparing with the
 // fp64 CPU reference.
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 #include <stdlib.h>
 
 #include <algorithm>

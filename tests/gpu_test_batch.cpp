@@ -2,7 +2,7 @@
 // format x bias x limit with the family forced, token counts from one pair per expert to tiles of 64 with
 // ragged ends, row groups and K chunks cut short (H = 96, I = 160), invalid expert ids, every tile shape
 // giving the same bits, the golden layers, a real geometry, graph replay and run-to-run determinism.
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 #include <fmt/format.h>
 
 #include <cstdlib>

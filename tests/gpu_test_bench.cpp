@@ -1,6 +1,6 @@
 // `moejit bench` on the GPU: its ceilings (device copy bandwidth, dense bf16 rate) are measured, and its
 // rows are consistent with them, for a decode-family and a batch-family M of a small layer.
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 
 #include <dlfcn.h>
 #include <unistd.h>

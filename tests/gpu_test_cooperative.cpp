@@ -1,6 +1,6 @@
 // The cooperative launch helper: occupancy clamp (with the dynamic shared memory limit raised first)
 // and a grid barrier that holds across every CTA of the clamped grid.
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 
 #include <vector>
 

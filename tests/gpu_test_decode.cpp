@@ -2,7 +2,7 @@
 // activation x format x bias x limit, M in {1, 2, 3, 7, 16, 33, 64}, fresh random data, poisoned
 // outputs, invalid expert ids, real model geometries, every FC1 x FC2 variant for few pairs, graph
 // replay and run-to-run determinism.
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 #include <fmt/format.h>
 
 #include <cstdlib>

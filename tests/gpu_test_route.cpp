@@ -2,7 +2,7 @@
 // placement that keeps every expert's pairs in increasing pair order (the later reductions rely on it),
 // for pair counts around its batch and segment edges, ids outside the local range, and the largest
 // forward (65,536 tokens x top-8).
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 
 #include <fmt/format.h>
 

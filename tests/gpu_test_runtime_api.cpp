@@ -2,7 +2,7 @@
 // current context is left as it was, copies outside a buffer are refused without wrapping, runtime
 // activation overrides are checked against the layer, prepare refuses tensors the spec does not use, and
 // forwards on several threads share their kernels' loads.
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 #include <dlfcn.h>
 #include <fmt/format.h>
 

@@ -1,6 +1,6 @@
 // The a8 (MXFP8) and a4 (NVFP4) activation modes of DESIGN §1 in the fp64 reference: hand-worked blocks
 // for each quantizer rule, properties over random rows, and the layer in each mode against a16.
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 
 #include <cmath>
 #include <limits>
@@ -13,7 +13,7 @@
 #include "moejit/reference.hpp"
 
 using namespace moejit;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 namespace {
 std::vector<double> quantized(ActPrecision p, std::vector<double> v, double gs = 1.0) {

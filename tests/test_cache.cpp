@@ -1,7 +1,7 @@
 // The on-disk cubin cache (DESIGN §5): publish and reload, hashing, damage handling, degraded disks,
 // trust, MOEJIT_NO_JIT, concurrency within and across processes, and maintenance. Each test uses a
 // fresh temporary root. Runs without a GPU (NVRTC only).
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 
 #include <fcntl.h>
 #include <grp.h>

@@ -1,5 +1,5 @@
 // The `moejit` command-line tool, run as a separate process with a private cache directory.
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -72,7 +72,14 @@ TEST_CASE("cli: plan", "[cli]") {
   CHECK_THAT(r.out, Catch::Contains("gpt-oss-120b") && Catch::Contains("decode_fc1:sm_90a:mxfp4:swigluoai"));
   if (!gpu_available()) {
     // Without a GPU of the named architecture the SM count is an assumption, and the output says so.
-    CHECK_THAT(r.out, Catch::Contains("132 SMs (assumed: no usable GPU here; pass --sm-count for the target GPU)"));
+    CHECK_THAT(r.out, Catch::Contains("132 SMs (the H100/H200 SXM's, assumed: no usable GPU here; pass --sm-count "
+                                      "for the target GPU)"));
+    // Each architecture's usual GPU: a GB10 for sm_121a.
+    const Result spark = cli({"plan", "--arch", "sm_121a", "--tokens", "1"});
+    INFO(spark.out);
+    CHECK(spark.rc == 0);
+    CHECK_THAT(spark.out, Catch::Contains("48 SMs (the GB10 (DGX Spark)'s, assumed") &&
+                              Catch::Contains(":sm_121a:mxfp4:swigluoai:a16:E128:H2880:I2880:"));
   }
 
   r = cli({"plan", "--config", "qwen3-30b-a3b", "--arch", "sm_120a", "--tokens", "1,8,9", "--sm-count", "84"});

@@ -6,7 +6,7 @@
 // loop stays spill-free (checked on the SASS, docs/perf-log.md). A tile whose loop spills costs
 // hundreds of bytes (a two-tile FC1 at 80 registers: 540), which this bound catches.
 constexpr int kMaxSpillBytes = 192;
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 
 #include <algorithm>
 #include <cmath>

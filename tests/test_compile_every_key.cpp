@@ -6,7 +6,7 @@
 // count is the expected one, so a key that fails to compile, or one the CLI would skip, fails the test.
 // Every SM12x kernel then fits the architecture's limits (arch_limits) by its ptxas resource report.
 // test_compile_default.cpp checks the default config's kernels one by one (registers and spills).
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 
 #include <fstream>
 #include <set>

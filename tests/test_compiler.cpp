@@ -1,6 +1,6 @@
 // NVRTC front end: cubins for every target architecture, PTX mode, error reporting, resource parsing.
 // Runs without a GPU (NVRTC only).
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 
 #include <algorithm>
 #include <cstring>

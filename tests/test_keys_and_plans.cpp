@@ -1,6 +1,6 @@
 // Kernel keys (canonical strings that round-trip, normalization, errors), generator determinism and
 // the planner's choices.
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 
 #include <algorithm>
 #include <cctype>

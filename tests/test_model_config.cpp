@@ -1,5 +1,5 @@
 // Model configs: bundled configs parse, TP/EP slicing, and malformed configs fail naming the field.
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 
 #include <cstdio>
 #include <cstdlib>

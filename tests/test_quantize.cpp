@@ -1,5 +1,5 @@
 // Layer geometry, FC1 row order, the quantizers and the random layer/input generators.
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -13,7 +13,7 @@
 #include "moejit/types.hpp"
 
 using namespace moejit;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 namespace {
 

@@ -1,7 +1,8 @@
 // The fp64 CPU reference of DESIGN §1: hand-worked tiny layers, every activation, limits, biases,
 // expert parallelism, FC1 row orders, an independent naive loop at gpt-oss geometry, and the five
 // golden layers computed by an independent fp64 implementation.
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -16,7 +17,7 @@
 #include "moejit/safetensors.hpp"
 
 using namespace moejit;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 namespace {
 

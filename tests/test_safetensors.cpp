@@ -2,7 +2,7 @@
 // files, and every malformed-file case giving a moejit::Error with a useful message.
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -11,13 +11,14 @@
 #include <vector>
 
 #include "golden_dir.hpp"
+#include "layer_equal.hpp"
 #include "moejit/codecs.hpp"
 #include "moejit/error.hpp"
 #include "moejit/host_layer.hpp"
 #include "moejit/safetensors.hpp"
 
 using namespace moejit;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 namespace fs = std::filesystem;
 
 namespace {
@@ -72,28 +73,7 @@ Tensor tensor(const std::string& dtype, std::vector<int64_t> shape, size_t bytes
   return t;
 }
 
-void check_same_layer(const HostLayer& a, const HostLayer& b) {
-  CHECK(a.spec.format == b.spec.format);
-  CHECK(a.spec.activation == b.spec.activation);
-  CHECK(a.spec.gate_up_order == b.spec.gate_up_order);
-  CHECK(a.spec.experts == b.spec.experts);
-  CHECK(a.spec.hidden == b.spec.hidden);
-  CHECK(a.spec.intermediate == b.spec.intermediate);
-  CHECK(a.spec.top_k == b.spec.top_k);
-  CHECK(a.spec.expert_begin == b.spec.expert_begin);
-  CHECK(a.spec.has_bias == b.spec.has_bias);
-  CHECK(a.spec.swiglu_alpha == b.spec.swiglu_alpha);
-  CHECK(a.spec.swiglu_beta == b.spec.swiglu_beta);
-  CHECK(a.spec.limit == b.spec.limit);
-  CHECK(a.w13 == b.w13);
-  CHECK(a.w13_scale == b.w13_scale);
-  CHECK(a.w13_global_scale == b.w13_global_scale);
-  CHECK(a.w13_bias == b.w13_bias);
-  CHECK(a.w2 == b.w2);
-  CHECK(a.w2_scale == b.w2_scale);
-  CHECK(a.w2_global_scale == b.w2_global_scale);
-  CHECK(a.w2_bias == b.w2_bias);
-}
+using moejit_test::check_same_layer;
 
 LayerSpec spec_of(ScaleFormat f, Activation a, GateUpOrder o, bool bias) {
   LayerSpec s;

@@ -1,6 +1,6 @@
 // The SASS loop report of `moejit inspect --emit loops` (moejit/sass_report.hpp), on text shaped like
 // cuobjdump's and nvdisasm's output: no toolkit disassembler is needed to test it.
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 
 #include "moejit/sass_report.hpp"
 

@@ -1,5 +1,5 @@
 // The planner's overrides: read once from the environment into TuningOverrides, never by the planner.
-#include <catch2/catch.hpp>
+#include "catch_compat.hpp"
 
 #include <string>
 

@@ -144,6 +144,7 @@ std::vector<int> Args::int_list(const std::string& name, const std::vector<int>&
 }
 
 ModelConfig config_from_args(const Args& args, const std::string& option) {
+  if (auto from_checkpoint = checkpoint_config_from_args(args)) return *from_checkpoint;
   const std::string name = args.str(option, default_config_name());
   try {
     return load_model_config(name);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "moejit/checkpoint.hpp"
 #include "moejit/host_layer.hpp"
 #include "moejit/key.hpp"
 #include "moejit/model_config.hpp"
@@ -81,8 +82,20 @@ class Args {
 
 // ---- resolution helpers -------------------------------------------------------------------------
 
-// Loads --config (default: the bundled default config) as a UsageError on failure.
+// Loads --checkpoint's geometry when given (checkpoint_config_from_args), else --config (default: the
+// bundled default config); a UsageError on failure.
 ModelConfig config_from_args(const Args& args, const std::string& option = "config");
+
+// ---- checkpoints (tools/cli_checkpoint.cpp) -----------------------------------------------------
+
+// The spec with --checkpoint, --tp, [--tp-rank,] --ep and --ep-rank added (help text too), and a second
+// synopsis line "--checkpoint DIR <checkpoint_form> [slicing options]".
+CommandSpec with_checkpoint_options(CommandSpec spec, bool with_tp_rank, const std::string& checkpoint_form = "");
+// The rank slice --tp/--tp-rank/--ep/--ep-rank name (UsageError naming the option when out of range).
+CheckpointSlice slice_from_args(const Args& args);
+// The model config of --checkpoint DIR sliced by the options above; nullopt without --checkpoint.
+// UsageError for --config with --checkpoint, slicing options without it, or an unreadable checkpoint.
+std::optional<ModelConfig> checkpoint_config_from_args(const Args& args);
 // The architecture named by --arch; without it the GPU's (a UsageError naming --arch when there is
 // none and fallback is empty, else *fallback with a note in *why_fallback).
 Arch arch_from_args(const Args& args, std::optional<Arch> fallback = std::nullopt, std::string* note = nullptr);

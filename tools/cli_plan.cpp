@@ -56,7 +56,7 @@ void print_plan_table(const LayerSpec& spec, Arch arch, int sm_count, const std:
 }
 
 int cmd_plan(int argc, char** argv) {
-  static const CommandSpec spec{
+  static const CommandSpec spec = with_checkpoint_options(CommandSpec{
       "plan",
       "--config NAME|PATH [--arch ARCH] [--sm-count N] [--max-tokens N] [--tokens LIST] [--family auto|decode|batch]",
       "show the planner's choice for each M",
@@ -69,7 +69,7 @@ int cmd_plan(int argc, char** argv) {
        {"max-tokens", "N", "show M = 1..N (default 64)"},
        {"tokens", "LIST", "show these M instead, e.g. 1,2,4 or 1-8,16"},
        {"family", "F", "force a family: auto (default), decode or batch"}},
-      {}};
+      {}}, false, "[--arch ARCH] [--sm-count N] [--max-tokens N] [--tokens LIST]");
   Args args(spec, argc, argv, 2);
   if (args.help()) {
     std::fputs(help_text(spec).c_str(), stdout);

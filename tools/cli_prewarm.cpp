@@ -275,7 +275,7 @@ void print_prewarm_summary(const PrewarmSummary& s, const std::string& what) {
 }
 
 int cmd_prewarm(int argc, char** argv) {
-  static const CommandSpec spec{
+  static const CommandSpec spec = with_checkpoint_options(CommandSpec{
       "prewarm",
       "--config NAME|PATH [--arch ARCH] [--max-tokens N] [--jobs N] [--sm-count N]",
       "compile and cache every kernel a model config needs",
@@ -290,7 +290,7 @@ int cmd_prewarm(int argc, char** argv) {
        {"jobs", "N", "worker processes (default: number of CPUs)"},
        {"sm-count", "N", "SM count the planner assumes (default: the GPU's, else the architecture's usual GPU: 132 sm_90a, 148 sm_100a, 188 sm_120a, 48 sm_121a)"},
        {"quiet", "", "no progress line"}},
-      {}};
+      {}}, false, "[--arch ARCH] [--max-tokens N] [--jobs N]");
   Args args(spec, argc, argv, 2);
   if (args.help()) {
     std::fputs(help_text(spec).c_str(), stdout);

@@ -57,56 +57,88 @@ void check_inputs_match(const LayerSpec& spec, const HostInputs& in, const std::
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
-  static const CommandSpec spec{
-      "run",
-      "--layer L.safetensors --input I.safetensors --output O.safetensors [--check] [--family auto|decode|batch]",
-      "run one layer",
-      fmt::format(
-          "Runs one MoE layer on the GPU: the layer file holds the logical weights (DESIGN §3: w13/w1, w2, scales,\n"
-          "global scales, biases and metadata), the input file x (BF16 [M,H]), topk_ids (I32 [M,K]) and\n"
-          "topk_weights (F32 [M,K]); the output file gets out (BF16 [M,H]).\n"
-          "--check also computes the fp64 CPU reference (DESIGN §1) and prints rel_l2 = ||gpu - ref|| / ||ref||,\n"
-          "cosine and max_abs, where ref is the unrounded fp64 output. The check passes when rel_l2 <= {:g} and\n"
-          "every output is finite (the final bf16 rounding alone gives rel_l2 ~ 1e-3); otherwise run exits 1.\n"
-          "Needs a GPU.",
-          kCheckRelL2),
-      {{"layer", "PATH", "layer file (.safetensors)"},
-       {"input", "PATH", "input file (.safetensors)"},
-       {"output", "PATH", "output file to write (.safetensors)"},
-       {"check", "", "compare with the CPU reference (tolerance above); exit 1 when outside it"},
-       {"family", "F", "auto (default), decode or batch: force a kernel family (fails if it cannot serve M)"}},
-      {}};
+  static const CommandSpec spec = with_checkpoint_options(
+      CommandSpec{
+          "run",
+          "--layer L.safetensors --input I.safetensors --output O.safetensors [--check] [--family auto|decode|batch]",
+          "run one layer",
+          fmt::format(
+              "Runs one MoE layer on the GPU: the layer file holds the logical weights (DESIGN §3: w13/w1, w2, scales,\n"
+              "global scales, biases and metadata), the input file x (BF16 [M,H]), topk_ids (I32 [M,K]) and\n"
+              "topk_weights (F32 [M,K]); the output file gets out (BF16 [M,H]).\n"
+              "With --checkpoint DIR, --layer N is the index of a MoE layer of the checkpoint, loaded (and sliced)\n"
+              "from its shards; --input is then optional (default: --tokens random tokens, --seed) and so is --output.\n"
+              "--check also computes the fp64 CPU reference (DESIGN §1) and prints rel_l2 = ||gpu - ref|| / ||ref||,\n"
+              "cosine and max_abs, where ref is the unrounded fp64 output. The check passes when rel_l2 <= {:g} and\n"
+              "every output is finite (the final bf16 rounding alone gives rel_l2 ~ 1e-3); otherwise run exits 1.\n"
+              "Needs a GPU.",
+              kCheckRelL2),
+          {{"layer", "PATH|N", "layer file (.safetensors), or with --checkpoint the MoE layer index"},
+           {"input", "PATH", "input file (.safetensors)"},
+           {"output", "PATH", "output file to write (.safetensors)"},
+           {"tokens", "M", "with --checkpoint and no --input: random tokens to run (default 4)"},
+           {"seed", "S", "with --checkpoint and no --input: seed of the random tokens (default 1)"},
+           {"check", "", "compare with the CPU reference (tolerance above); exit 1 when outside it"},
+           {"family", "F", "auto (default), decode or batch: force a kernel family (fails if it cannot serve M)"}},
+          {}},
+      true, "--layer N [--input I.safetensors | --tokens M --seed S] [--output O.safetensors] [--check]");
   Args args(spec, argc, argv, 2);
   if (args.help()) {
     std::fputs(help_text(spec).c_str(), stdout);
     return kExitOk;
   }
-  for (const char* need : {"layer", "input", "output"})
+  const bool checkpoint = args.has("checkpoint");
+  for (const char* need : {"layer", "input", "output"}) {
+    if (checkpoint && std::string(need) != "layer") continue;
     if (!args.has(need) || args.str(need).empty()) throw UsageError(fmt::format("--{} PATH is required", need));
+  }
   Family force = Family::automatic;
   try {
     force = parse_family(args.str("family", "auto"));
   } catch (const Error& e) {
     throw UsageError(fmt::format("--family: {}", e.what()));
   }
+  // Usage errors first (--config with --checkpoint, slicing options, an unreadable checkpoint or a slice
+  // that does not divide: the checkpoint's headers only), then the GPU question, then the weights.
+  (void)checkpoint_config_from_args(args);
+  const int layer_index = checkpoint ? args.integer("layer", 0, 0) : -1;
+  if (!checkpoint)
+    for (const char* o : {"tokens", "seed"})
+      if (args.has(o)) throw UsageError(fmt::format("--{} applies to --checkpoint without --input", o));
   std::string why;
   if (!gpu_available(&why))
     throw Error(fmt::format("no usable GPU ({}); run executes kernels and needs a CUDA device "
                             "(plan, inspect and prewarm --arch work without one)",
                             why));
 
-  const std::string layer_path = args.str("layer"), input_path = args.str("input"), output_path = args.str("output");
+  const std::string input_path = args.str("input"), output_path = args.str("output");
+  std::string layer_path = args.str("layer");
   HostLayer layer;
-  HostInputs in;
-  try {
-    layer = read_layer_file(layer_path);
-  } catch (const Error& e) {
-    throw Error(fmt::format("--layer {}: {}", layer_path, e.what()));
+  if (checkpoint) {
+    const std::string dir = args.str("checkpoint");
+    try {
+      layer = load_checkpoint_layer(dir, layer_index, slice_from_args(args));
+    } catch (const Error& e) {
+      throw Error(fmt::format("--checkpoint {}: {}", dir, e.what()));
+    }
+    layer_path = fmt::format("{} layer {}", dir, layer_index);
+  } else {
+    try {
+      layer = read_layer_file(layer_path);
+    } catch (const Error& e) {
+      throw Error(fmt::format("--layer {}: {}", layer_path, e.what()));
+    }
   }
-  try {
-    in = read_input_file(input_path);
-  } catch (const Error& e) {
-    throw Error(fmt::format("--input {}: {}", input_path, e.what()));
+  HostInputs in;
+  if (input_path.empty()) {
+    in = make_random_inputs(layer.spec, args.integer("tokens", 4, 0, kMaxTokens),
+                            static_cast<uint64_t>(args.integer("seed", 1, 0)));
+  } else {
+    try {
+      in = read_input_file(input_path);
+    } catch (const Error& e) {
+      throw Error(fmt::format("--input {}: {}", input_path, e.what()));
+    }
   }
   check_inputs_match(layer.spec, in, layer_path, input_path);
 
@@ -116,12 +148,12 @@ int cmd_run(int argc, char** argv) {
   const auto t1 = std::chrono::steady_clock::now();
   const std::vector<uint16_t> out = forward_once(rt, *prepared, in, force);
   const auto t2 = std::chrono::steady_clock::now();
-  write_output_file(output_path, out, in.tokens, layer.spec.hidden);
+  if (!output_path.empty()) write_output_file(output_path, out, in.tokens, layer.spec.hidden);
   const std::string plan = in.tokens > 0 ? rt.plan(*prepared, in.tokens, force).describe() : "M=0 (nothing to do)";
   fmt::print("run: {} on {} ({})\n  {}\n  prepare {:.1f} ms, first forward (includes kernel loading) {:.1f} ms; wrote {}\n",
              describe_spec(layer.spec), rt.device_name(), to_string(rt.arch()), plan,
              std::chrono::duration<double, std::milli>(t1 - t0).count(),
-             std::chrono::duration<double, std::milli>(t2 - t1).count(), output_path);
+             std::chrono::duration<double, std::milli>(t2 - t1).count(), output_path.empty() ? "nothing" : output_path);
   if (!args.has("check")) return kExitOk;
 
   const ReferenceOutput ref = reference_forward(layer, in);

@@ -73,6 +73,17 @@ int dynamic_smem(const KernelKey& key) {
   return key.kind == KernelKind::decode_fc1_stream ? stream_ring_bytes(key) : 0;
 }
 
+// A staged x row: each warp's part at 128 bytes per chunk after 256 bytes of zeros.
+int staged_x_bytes(const KernelKey& key) {
+  const int chunks = (key.hidden + 63) / 64;
+  return key.warps * (256 + (chunks + key.warps - 1) / key.warps * 128);
+}
+
+// FC1's cross-warp reduction buffer (templates/moe_decode_fc1.cuh: red).
+int fc1_reduction_bytes(const KernelKey& key) {
+  return key.warps > 1 ? key.warps * key.ntiles * fc1_mats(key) * 4 * 32 * 4 : 0;
+}
+
 // The register-fed kinds, whose chunk loop is shaped by their register cap.
 bool register_fed(KernelKind kind) { return kind != KernelKind::decode_fc1_stream; }
 
@@ -83,9 +94,7 @@ std::string fc1_source(const KernelKey& key, const std::string& entry) {
   // (slab_mma.cuh: kStageZeros), all within the 48 KiB a kernel may declare statically (1 KiB kept for
   // the routing state).
   if (key.x_staged) {
-    const int chunks = (key.hidden + 63) / 64;
-    const int stage_bytes = key.warps * (256 + (chunks + key.warps - 1) / key.warps * 128);
-    const int reduction_bytes = key.warps > 1 ? key.warps * fc1_mats(key) * 4 * 32 * 4 : 0;
+    const int stage_bytes = staged_x_bytes(key), reduction_bytes = fc1_reduction_bytes(key);
     if (stage_bytes + reduction_bytes > 47 * 1024)
       throw Error(fmt::format("kernel key {}: a staged x row takes {} bytes of shared memory, more than the {} left "
                               "beside the reduction buffer",
@@ -174,6 +183,10 @@ std::string source(const KernelKey& key, const std::string& entry) {
 }
 
 }  // namespace
+
+int staged_x_cta_bytes(const KernelKey& key) {
+  return staged_x_bytes(key) + fc1_reduction_bytes(key) + inline_route_list_bytes(key);
+}
 
 int inline_route_pairs(const KernelKey& key) {
   return key.inline_route == 0 ? 0 : key.inline_route == 1 ? kInlineRoutePairsNarrow : kInlineRouteMaxPairs;

@@ -28,6 +28,10 @@ int decode_register_cap(const KernelKey& key);
 // of ~16 registers): FC2 always with one token tile, FC1 only where its register cap leaves 80. Pure;
 // throws moejit::Error for a key that does not normalize.
 bool decode_activation_ring(const KernelKey& key);
+// Static shared memory of a decode_fc1 CTA that stages its x row (KernelKey::x_staged): each warp's part of
+// the row at 128 bytes per chunk after 256 bytes of zeros (templates/slab_mma.cuh: kStageZeros), the
+// cross-warp reduction buffer and the inline routing list. Pure.
+int staged_x_cta_bytes(const KernelKey& key);
 // The most (token, slot) pairs a key's inline routing covers: 64 (i1) or 128 (i2); 0 without. Pure.
 int inline_route_pairs(const KernelKey& key);
 // Bytes of shared memory the inline routing list takes in a CTA of this key: sizeof(InlineRouteList)

@@ -245,9 +245,14 @@ Plan plan_decode(const PlanRequest& r) {
       choose_fc1_stream_tile(fc1);
     }
   }
-  // One token: an FC1 grid without the activation ring stages its x row in shared memory (v9).
+  // One token: an FC1 grid without the activation ring stages its x row in shared memory (v9), where the
+  // staged CTAs still fit the SM's shared memory at the CTAs per SM the tile is built for (SM12x: 100 KiB).
   fc1.x_staged = tokens == 1 && fc1.kind == KernelKind::decode_fc1 && fc1.ntiles == 1 && !cooperative &&
                  !decode_activation_ring(fc1);
+  if (fc1.x_staged) {
+    const ArchLimits& limits = arch_limits(fc1.arch);
+    fc1.x_staged = decode_ctas_per_sm(fc1) * (staged_x_cta_bytes(fc1) + limits.smem_reserved) <= limits.smem_per_sm;
+  }
   // FC1 grids of several waves behind the route kernel: 2-warp CTAs at 85 registers, 12 per SM (v14).
   if (!fc1.inline_route && fc1.kind == KernelKind::decode_fc1 && fc1.ntiles == 1 && fc1_ctas > 8.0 * sms) {
     fc1.warps = 2;

@@ -38,6 +38,8 @@ struct CacheOptions {
   std::function<GeneratedSource(const KernelKey&)> source;
 };
 
+// One kernel as get() returns it: immutable and shared (the cache keeps it in memory for the life of
+// the KernelCache, so the pointer stays valid as long as any holder keeps it).
 struct CachedKernel {
   KernelKey key;
   std::string entry;             // extern "C" name inside the cubin
@@ -47,8 +49,9 @@ struct CachedKernel {
   bool from_disk = false;        // true when read from disk rather than compiled in this call
 };
 
+// One on-disk entry as list() and verify() report it.
 struct CacheEntryInfo {
-  std::string path;
+  std::string path;         // the entry's directory
   nlohmann::json manifest;  // empty when unreadable
   bool valid = false;
   bool trusted = true;      // false: left in place because its directory chain or files may be written by others
@@ -57,6 +60,8 @@ struct CacheEntryInfo {
 
 class KernelCache {
  public:
+  // Resolves the root (resolve_root) and reads MOEJIT_NO_JIT now; creates nothing on disk until the
+  // first publish (directories 0700). Never throws for an unusable disk: the cache degrades instead.
   explicit KernelCache(CacheOptions options = {});
 
   // Returns the kernel for key (normalized first): from memory, from disk, or compiled and published.
@@ -66,12 +71,14 @@ class KernelCache {
   // then loaded into memory; a damaged one is quarantined). Never compiles: the runtime uses it to fail
   // fast instead of compiling during CUDA graph capture. A compile in flight in another thread is false.
   bool contains(const KernelKey& key);
-  // Hash inputs and hash of a key (no compile).
+  // Hash inputs (JSON: schema, key, source digest, templates digest, NVRTC build, options, arch) and
+  // their hash (hex) for a key (normalized first); no compile. Throws moejit::Error for a key the
+  // generator cannot build.
   nlohmann::json hash_inputs(const KernelKey& key) const;
   std::string hash_of(const KernelKey& key) const;
 
-  std::string root() const;
-  std::string schema_dir() const;
+  std::string root() const;                      // the resolved cache root
+  std::string schema_dir() const;                // <root>/v<schema>
   bool degraded() const;                         // disk unusable; compiling to memory only
   std::uint64_t compiles() const;                // NVRTC compiles run by this instance (misses)
 
@@ -83,6 +90,8 @@ class KernelCache {
                                                // 10 minutes and old schemas; returns the count
 
   // Resolves the cache root from options and the environment (as described on CacheOptions::root).
+  // Returns an absolute path, or "" when nothing names a root (no HOME either: the cache then keeps
+  // kernels in memory). Never throws.
   static std::string resolve_root(const std::string& configured);
 
  private:

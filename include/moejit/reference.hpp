@@ -1,6 +1,8 @@
 #pragma once
 // The fp64 CPU reference of one MoE layer (DESIGN §1): exact dequantization, fp64 accumulation,
 // intermediate rounded to bf16 (a16), output before and after the final bf16 rounding.
+// Host-only. reference_forward runs on several threads internally (a pool per call) and is safe to
+// call from several threads at once; the other functions are pure.
 #include <cstdint>
 #include <vector>
 
@@ -22,8 +24,10 @@ struct ActivationScales {
 
 // Every precision mode of DESIGN §1: a16 uses x as given and rounds the intermediate to bf16; a8 and a4
 // quantize x (per token along H) and the intermediate (per routed pair along I, from its fp64 value)
-// with quantize_activations, then multiply the dequantized values exactly. Throws moejit::Error for
-// a4 scales that are not finite and > 0.
+// with quantize_activations, then multiply the dequantized values exactly. Token ids outside the
+// layer's local experts [expert_begin, expert_begin + E) contribute nothing. Throws moejit::Error for
+// an invalid layer (HostLayer::validate), inputs whose sizes do not match (x [M, H], ids and weights
+// [M, K] with the layer's H and K), and a4 scales that are not finite and > 0.
 ReferenceOutput reference_forward(const HostLayer& layer, const HostInputs& in,
                                   ActPrecision precision = ActPrecision::a16, ActivationScales scales = {});
 
@@ -34,7 +38,8 @@ int activation_block(ActPrecision precision);
 // global scale `global_scale` (a4; finite and > 0, else moejit::Error). Exact in double.
 void quantize_activations(ActPrecision precision, double* row, int64_t n, double global_scale = 1.0);
 
-// Activation of DESIGN §1 in fp64 (u ignored for relu2, where g is the single FC1 output).
+// Activation of DESIGN §1 in fp64 (u ignored for relu2, where g is the single FC1 output), with the
+// spec's alpha, beta and limit. Pure, never throws.
 double reference_activation(const LayerSpec& spec, double g, double u);
 
 // Comparison metrics used by tests and `moejit run --check`.
@@ -47,6 +52,9 @@ struct Agreement {
   double max_scaled = 0;
   int64_t nonfinite = 0;   // count of non-finite values in a
 };
+// actual and expected are the same [M, H] output; throws moejit::Error when their sizes differ. Any
+// non-finite actual value makes every metric its worst (rel_l2 = inf, cosine = -1); an all-zero
+// expected gives rel_l2 0 against an all-zero actual and inf otherwise. Pure.
 Agreement compare(const std::vector<float>& actual, const std::vector<double>& expected);
 
 }  // namespace moejit

@@ -34,19 +34,24 @@ using DevicePtr = uint64_t;  // a CUdeviceptr
 using StreamHandle = void*;  // a CUstream (nullptr: the legacy default stream)
 
 struct RuntimeOptions {
-  int device = 0;        // CUDA device ordinal
-  CacheOptions cache;    // where cubins live
-  // The planner's overrides for every plan of this Runtime (prepare's, prewarm's and forward's). Unset:
-  // read from the environment (MOEJIT_DECODE_*, MOEJIT_BATCH_TILE_*) once, by the constructor, which
-  // throws moejit::Error for a malformed one. Later environment changes do not change the plans.
+  int device = 0;        // CUDA device ordinal (0 <= device < device count)
+  CacheOptions cache;    // where cubins live, and whether a miss may compile (CacheOptions::no_jit)
+  // The planner's overrides for every plan of this Runtime (prewarm's and forward's). Unset: read from the
+  // environment (MOEJIT_DECODE_*, MOEJIT_BATCH_TILE_*) once, by the constructor, which throws
+  // moejit::Error for a malformed one. Later environment changes do not change the plans.
   std::optional<TuningOverrides> tuning;
 };
 
 // Logical weights (DESIGN §3 layout) already in device memory; tensors the spec does not use must be 0.
+// Each pointer holds exactly the tensor of HostLayer's field of the same name (bytes of packed FP4 and
+// scale codes, f32 global scales [E] and biases), in the device of the Runtime that prepares it.
+// w13_global_scale is [E], one FC1 global scale per expert, or, with w13_global_scale_gate_up (gated
+// layers), [E, 2]: a gate and an up scale per expert (checkpoints that scale the two apart).
 struct DeviceLayerView {
   LayerSpec spec;
   DevicePtr w13 = 0, w13_scale = 0, w13_global_scale = 0, w13_bias = 0;
   DevicePtr w2 = 0, w2_scale = 0, w2_global_scale = 0, w2_bias = 0;
+  bool w13_global_scale_gate_up = false;  // w13_global_scale is [E, 2] (gate, up) rather than [E]
 };
 
 struct ForwardArgs {
@@ -55,8 +60,11 @@ struct ForwardArgs {
   DevicePtr topk_weights = 0;  // [M, K] float32
   DevicePtr out = 0;           // [M, H] bf16, fully written
   int tokens = 0;              // M >= 0 (0 is a no-op)
-  DevicePtr workspace = 0;     // caller-owned, workspace_size(layer, max_tokens) bytes, 256-byte aligned
-  size_t workspace_bytes = 0;
+  DevicePtr workspace = 0;     // caller-owned, workspace_size(layer, max_tokens) bytes, 256-byte aligned;
+                               // contents need not be initialized; one forward at a time may use it
+  size_t workspace_bytes = 0;  // its size; forward refuses one smaller than workspace_size(layer, tokens)
+  // Every launch goes to this stream, in order; forward returns once they are enqueued. Inputs must
+  // stay valid and out must not be read until the stream's work completes (the caller synchronizes).
   StreamHandle stream = nullptr;
   // Sizes of the buffers above in bytes, 0 where the caller does not say. Raw device pointers carry no
   // size, so only a given size lets forward refuse a buffer too small for M tokens (out is written, the
@@ -70,18 +78,21 @@ struct ForwardArgs {
   Family force = Family::automatic;  // force a family (fails loudly if it cannot serve M)
 };
 
-// A layer repacked into the kernels' layout on the device. Owns its device memory.
+// A layer repacked into the kernels' layout on the device. Owns its device memory (freed when the last
+// shared_ptr goes; the Runtime that made it must outlive it). Immutable after prepare: any number of
+// threads may run forward on one PreparedLayer at once, each with its own workspace and output.
 class PreparedLayer {
  public:
   virtual ~PreparedLayer() = default;
-  virtual const LayerSpec& spec() const = 0;
-  virtual size_t device_bytes() const = 0;
+  virtual const LayerSpec& spec() const = 0;     // the local layer it was prepared from
+  virtual size_t device_bytes() const = 0;       // device memory it holds, in bytes
 };
 
 class Runtime {
  public:
   // Loads the driver, retains the device's primary context and makes it current on the calling thread.
-  // Throws moejit::Error when no driver or device is present.
+  // Reads MOEJIT_NO_JIT and the cache root (CacheOptions) now. Throws moejit::Error when no driver or
+  // device is present, or the device's compute capability is not one moejit builds for.
   explicit Runtime(RuntimeOptions options = {});
   ~Runtime();
   Runtime(const Runtime&) = delete;
@@ -89,29 +100,42 @@ class Runtime {
 
   // Validates shapes (DESIGN §3) and repacks on the GPU (compiling the repack kernel on a cache miss).
   // Throws moejit::Error naming the tensor, also for a tensor the spec does not use (a bias without
-  // spec.has_bias, a global scale for mxfp4). Synchronizes the stream before returning.
+  // spec.has_bias, a global scale for mxfp4, an [E, 2] FC1 global scale for relu2). The host
+  // overload copies the tensors to the device and repacks on the legacy default stream; the device
+  // overload repacks from `stream` (the view's memory must stay valid until prepare returns). Both
+  // synchronize before returning and allocate the prepared layer's device memory.
   std::shared_ptr<PreparedLayer> prepare(const HostLayer& layer);
   std::shared_ptr<PreparedLayer> prepare(const DeviceLayerView& layer, StreamHandle stream = nullptr);
 
-  // Workspace bytes forward needs for up to max_tokens tokens.
+  // Workspace bytes forward needs for up to max_tokens tokens (1 <= max_tokens <= kMaxTokens, else
+  // moejit::Error). Pure host arithmetic; thread-safe.
   size_t workspace_size(const PreparedLayer& layer, int max_tokens) const;
   // Compiles (or loads) and module-loads every kernel forward may use for 1..max_tokens tokens, and the
-  // architecture's repack kernel (as `moejit prewarm` does).
+  // architecture's repack kernel (as `moejit prewarm` does); with force, only that family's kernels.
+  // Throws moejit::Error for max_tokens outside [1, kMaxTokens], a compile failure, or a cache miss
+  // under MOEJIT_NO_JIT. Synchronous; launches nothing.
   void prewarm(const PreparedLayer& layer, int max_tokens, Family force = Family::automatic);
-  // Runs one layer. Throws moejit::Error on bad arguments (naming them) before launching anything; the
+  // Runs one layer: out[M, H] = the MoE layer of DESIGN §1 on x, topk_ids, topk_weights. Enqueues its
+  // launches on args.stream and returns without waiting (no host synchronization, no allocation), so it
+  // may be captured into a CUDA graph once its kernels are loaded (prewarm); out is then written by
+  // each replay. Thread-safe: threads may call forward concurrently, each with its own workspace and
+  // stream. Throws moejit::Error on bad arguments (naming them) before launching anything; the
   // activation overrides are checked even when tokens is 0, and a layer prepared by a Runtime of another
-  // device (its weights are that device's memory) is refused.
+  // device (its weights are that device's memory) is refused. During stream capture a kernel that is
+  // not loaded yet throws instead of compiling; a launch failure throws with the driver's message.
   void forward(const PreparedLayer& layer, const ForwardArgs& args);
 
-  // The plan forward runs for `tokens` tokens (make_plan with this Runtime's device and tuning()).
+  // The kernels forward would launch for `tokens` tokens on this device (make_plan with its SM count and
+  // tuning()); throws moejit::Error when a forced family cannot serve that many. Pure host code;
+  // thread-safe.
   Plan plan(const PreparedLayer& layer, int tokens, Family force = Family::automatic) const;
-  // The planner overrides this Runtime was constructed with (RuntimeOptions::tuning).
+  // The planner overrides this Runtime was constructed with (RuntimeOptions::tuning); fixed for its life.
   const TuningOverrides& tuning() const;
-  int device() const;
-  int sm_count() const;
-  Arch arch() const;
-  std::string device_name() const;
-  KernelCache& cache();
+  int device() const;               // the CUDA ordinal
+  int sm_count() const;             // multiprocessors of the device
+  Arch arch() const;                // the architecture kernels are built for (sm_90a on H100/H200)
+  std::string device_name() const;  // e.g. "NVIDIA H200"
+  KernelCache& cache();             // the cubin cache this runtime loads from (thread-safe)
 
  private:
   struct Impl;
@@ -125,6 +149,8 @@ class Runtime {
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
+  // Allocates `bytes` bytes (at least 1) of device memory, uninitialized; throws moejit::Error when the driver
+  // cannot (no GPU, out of memory).
   explicit DeviceBuffer(size_t bytes);
   ~DeviceBuffer();
   DeviceBuffer(DeviceBuffer&& o) noexcept;
@@ -134,9 +160,12 @@ class DeviceBuffer {
 
   DevicePtr ptr() const { return ptr_; }
   size_t size() const { return bytes_; }
+  // Synchronous copies of `bytes` bytes between host memory and [offset, offset + bytes) of the buffer
+  // (legacy default stream semantics: they wait for earlier work on it). Throw moejit::Error when the
+  // range does not fit the buffer or the driver fails.
   void upload(const void* src, size_t bytes, size_t offset = 0);
   void download(void* dst, size_t bytes, size_t offset = 0) const;
-  void fill_bytes(uint8_t value);  // synchronous memset
+  void fill_bytes(uint8_t value);  // synchronous memset of the whole buffer
 
   template <class T>
   static DeviceBuffer from(const std::vector<T>& v) {
@@ -157,7 +186,8 @@ class DeviceBuffer {
   void* ctx_ = nullptr;  // the CUcontext ptr_ was allocated in
 };
 
-// True when libcuda.so.1 loads and at least one device is present (never throws).
+// True when libcuda.so.1 loads and at least one device is present (never throws). When false and why
+// is given, *why says what is missing. Thread-safe.
 bool gpu_available(std::string* why = nullptr);
 
 // What the driver reports about one device, read without creating or touching a context (a tool can
@@ -170,9 +200,10 @@ struct DeviceInfo {
   int driver_version = 0;     // cuDriverGetVersion: 1000 * major + 10 * minor
   std::optional<Arch> arch;   // empty when moejit does not build for this compute capability
 };
-// Throws moejit::Error when the driver does not load or the device does not exist.
+// Throws moejit::Error when the driver does not load or the device does not exist. Thread-safe.
 DeviceInfo query_device(int device = 0);
 // The architecture moejit builds for a compute capability, if any (9.0 sm_90a, 10.0 sm_100a, 12.0 sm_120a).
+// Pure.
 std::optional<Arch> arch_for_capability(int major, int minor);
 
 }  // namespace moejit

@@ -90,6 +90,10 @@ std::shared_ptr<PreparedLayerImpl> prepare_layer(ModuleRegistry& modules, Arch a
     refuse(v.w13_global_scale, fmt::format("{}_global_scale", fc1), "mxfp4 has no global scales");
     refuse(v.w2_global_scale, "w2_global_scale", "mxfp4 has no global scales");
   }
+  if (v.w13_global_scale_gate_up && !is_gated(spec.activation))
+    throw Error(fmt::format("prepare: w13_global_scale_gate_up is set, but a {} layer has one FC1 matrix: its global "
+                            "scale is [E]",
+                            to_string(spec.activation)));
   if (!spec.has_bias) {
     refuse(v.w13_bias, fmt::format("{}_bias", fc1), "spec.has_bias is false");
     refuse(v.w2_bias, "w2_bias", "spec.has_bias is false");
@@ -103,7 +107,17 @@ std::shared_ptr<PreparedLayerImpl> prepare_layer(ModuleRegistry& modules, Arch a
   repack_plane(modules, arch, stream, g2, v.w2, v.w2_scale, spec.hidden, 0, layer->fc2_w, layer->fc2_s);
   const size_t E = spec.experts;
   if (nv) {
-    layer->fc1_gs = copy_device(v.w13_global_scale, E * sizeof(float), stream);
+    // The FC1 kernels of a gated layer read a gate and an up scale per expert ([E][2]): an [E] view's
+    // value goes to both.
+    if (is_gated(spec.activation) && !v.w13_global_scale_gate_up) {
+      std::vector<float> one(E), pairs(2 * E);
+      check(driver().cuStreamSynchronize(stream), "cuStreamSynchronize");
+      check(driver().cuMemcpyDtoH(one.data(), v.w13_global_scale, E * sizeof(float)), "cuMemcpyDtoH(w13_global_scale)");
+      for (size_t e = 0; e < E; ++e) pairs[2 * e] = pairs[2 * e + 1] = one[e];
+      layer->fc1_gs = DeviceBuffer::from(pairs);
+    } else {
+      layer->fc1_gs = copy_device(v.w13_global_scale, (v.w13_global_scale_gate_up ? 2 : 1) * E * sizeof(float), stream);
+    }
     layer->fc2_gs = copy_device(v.w2_global_scale, E * sizeof(float), stream);
   }
   if (spec.has_bias) {
