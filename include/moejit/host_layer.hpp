@@ -1,8 +1,10 @@
 #pragma once
 // A MoE layer's weights in the logical, checkpoint-shaped layout of DESIGN §3, in host memory.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
+#include "moejit/csf.hpp"
 #include "moejit/types.hpp"
 
 namespace moejit {
@@ -18,6 +20,10 @@ struct HostLayer {
   std::vector<uint8_t> w2_scale;          // [E, H, I/block]
   std::vector<float> w2_global_scale;     // [E], nvfp4 only
   std::vector<float> w2_bias;             // [E, H], when spec.has_bias
+  // A scale plane may instead be held in the compressed scale format (docs/CSF.md, rows E * rows per
+  // expert): then its plain vector above is empty. Exactly one of the two forms holds each plane.
+  std::optional<CsfPlane> w13_scale_csf;
+  std::optional<CsfPlane> w2_scale_csf;
 
   // Throws moejit::Error naming the tensor whose size does not match spec.
   void validate() const;
@@ -53,6 +59,13 @@ HostLayer quantize_layer(const LayerSpec& spec, const std::vector<float>& fc1, c
 
 // A layer of random weights (normal, std ~ 1/sqrt(K)) quantized with quantize_layer; deterministic per seed.
 HostLayer make_random_layer(const LayerSpec& spec, uint64_t seed);
+
+// A layer made the way trained ones are, for the compressed scale format (docs/CSF.md): normal
+// weights as make_random_layer, each output row multiplied by its own factor exp(row_spread * N(0,1))
+// (trained rows differ in norm), quantized with quantize_layer's quantizers. Neighbouring block scales
+// of a row are then close, as in real checkpoints, while rows differ. row_spread = 0 gives
+// make_random_layer's layer bit for bit; row_spread outside [0, 4] throws moejit::Error.
+HostLayer make_realistic_layer(const LayerSpec& spec, uint64_t seed, double row_spread = 0.5);
 
 // A random layer of any size in about a second, for benchmarks and large-shape tests: FP4 codes are
 // uniform random bytes (every code point, -0 included), block scales valid e4m3/e8m0 codes around
