@@ -2,7 +2,6 @@
 // report `moejit compress --report` prints.
 #include "moejit/csf_layer.hpp"
 
-#include <type_traits>
 #include <utility>
 
 #include "moejit/error.hpp"
@@ -10,27 +9,21 @@
 namespace moejit {
 namespace {
 
-// The two planes of a layer with their names (relu2 layers call FC1's plane w1_scale, DESIGN §3);
-// Plain and Csf carry the layer's constness.
-template <class Plain, class Csf>
+// The two planes of a layer with their names (relu2 layers call FC1's plane w1_scale, DESIGN §3).
 struct PlaneRef {
   std::string name;
-  Plain* plain;
-  Csf* csf;
+  std::vector<uint8_t>* plain;
+  std::optional<CsfPlane>* csf;
   int64_t rows;
   int64_t per_row;
 };
 
-template <class Layer>  // HostLayer or const HostLayer
-auto planes_of(Layer& L) {
-  using Plain = std::remove_reference_t<decltype((L.w13_scale))>;
-  using Csf = std::remove_reference_t<decltype((L.w13_scale_csf))>;
+std::vector<PlaneRef> planes_of(HostLayer& L) {
   const LayerSpec& s = L.spec;
   const int64_t block = scale_block(s.format);
   const std::string fc1 = is_gated(s.activation) ? "w13_scale" : "w1_scale";
-  return std::vector<PlaneRef<Plain, Csf>>{
-      {fc1, &L.w13_scale, &L.w13_scale_csf, int64_t{s.experts} * s.fc1_rows(), s.hidden / block},
-      {"w2_scale", &L.w2_scale, &L.w2_scale_csf, int64_t{s.experts} * s.hidden, s.intermediate / block}};
+  return {{fc1, &L.w13_scale, &L.w13_scale_csf, int64_t{s.experts} * s.fc1_rows(), s.hidden / block},
+          {"w2_scale", &L.w2_scale, &L.w2_scale_csf, int64_t{s.experts} * s.hidden, s.intermediate / block}};
 }
 
 size_t other_bytes(const HostLayer& L) {
@@ -78,17 +71,6 @@ LayerStorageReport compress_scales(HostLayer& layer, CsfPolicy policy) {
       *p.csf = std::move(encoded);
       std::vector<uint8_t>().swap(*p.plain);
     }
-  }
-  return report;
-}
-
-LayerStorageReport storage_report(const HostLayer& layer) {
-  layer.validate();
-  LayerStorageReport report;
-  report.other_bytes = other_bytes(layer);
-  for (const auto& p : planes_of(layer)) {
-    if (*p.csf) report.planes.push_back(report_of(p.name, **p.csf, true));
-    else report.planes.push_back(report_of(p.name, csf_encode(layer.spec.format, p.plain->data(), p.rows, p.per_row), false));
   }
   return report;
 }

@@ -253,6 +253,7 @@ TEST_CASE("csf: realistic layers compress, random scales stay plain", "[csf][lay
     expect_same_scales(real, plain);
     // The same weights as make_random_layer without the spread.
     CHECK(make_realistic_layer(spec, 3, 0.0).w13 == make_random_layer(spec, 3).w13);
+    CHECK_THROWS_WITH(make_realistic_layer(spec, 3, -1.0), Contains("row_spread must be in [0, 4]"));
 
     HostLayer noise = make_random_code_layer(spec, 3);
     const LayerStorageReport n = compress_scales(noise);

@@ -97,7 +97,10 @@ int geometry_report(const Args& args) {
                has_csf_scales(noise) ? fmt::format("{:.2f}x", static_cast<double>(n.plain_scale_bytes()) /
                                                                   static_cast<double>(n.stored_scale_bytes()))
                                      : std::string("kept plain"));
-    if (args.has("report")) print_plane_lines(r);
+    if (args.has("report")) {
+      fmt::print("  the generated {} expert(s), realistic:\n", spec.experts);
+      print_plane_lines(r);
+    }
   }
   return kExitOk;
 }

@@ -38,8 +38,6 @@ struct LayerStorageReport {
 // Encodes each plain scale plane of `layer` per `policy` and returns what each plane takes both ways.
 // Planes already in CSF stay as they are. The layer computes exactly the same afterwards.
 LayerStorageReport compress_scales(HostLayer& layer, CsfPolicy policy = CsfPolicy::when_smaller);
-// The same numbers for a layer as it is (a plain plane's CSF size is measured by encoding it).
-LayerStorageReport storage_report(const HostLayer& layer);
 // Replaces every CSF plane by its plain bytes (exact).
 void expand_scales(HostLayer& layer);
 bool has_csf_scales(const HostLayer& layer);
