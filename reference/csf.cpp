@@ -157,43 +157,45 @@ void CsfPlane::validate(const std::string& name) const {
     throw Error(what + ": exception_start[" + std::to_string(rows) + "] = " + std::to_string(exception_start[rows]) +
                 " but the exception stream holds " + std::to_string(exceptions.size()) + " bytes");
 
-  for (int64_t n = 0; n < rows; ++n) {
-    const std::string row = what + ": row " + std::to_string(n) + ": ";
+  int64_t n = 0;
+  // The message prefix of row n, built only when a rule is broken (planes have millions of rows).
+  auto row_prefix = [&] { return what + ": row " + std::to_string(n) + ": "; };
+  for (; n < rows; ++n) {
     if (exception_start[n + 1] < exception_start[n])
-      throw Error(row + "exception_start decreases (" + std::to_string(exception_start[n]) + " then " +
+      throw Error(row_prefix() + "exception_start decreases (" + std::to_string(exception_start[n]) + " then " +
                   std::to_string(exception_start[n + 1]) + ")");
     const uint8_t* rec = exceptions.data() + exception_start[n];
     const int64_t len = exception_start[n + 1] - exception_start[n];
     const uint8_t* off = offsets.data() + n * stride;
     if (mode[n] == static_cast<uint8_t>(CsfRowMode::plain)) {
       if (len != C)
-        throw Error(row + "a plain row holds " + std::to_string(C) + " bytes in the exception stream, found " +
+        throw Error(row_prefix() + "a plain row holds " + std::to_string(C) + " bytes in the exception stream, found " +
                     std::to_string(len));
-      if (base[n] != 0) throw Error(row + "a plain row has base 0, found " + std::to_string(base[n]));
+      if (base[n] != 0) throw Error(row_prefix() + "a plain row has base 0, found " + std::to_string(base[n]));
       for (int64_t b = 0; b < stride; ++b)
-        if (off[b]) throw Error(row + "a plain row has all-zero offsets, byte " + std::to_string(b) + " is not");
+        if (off[b]) throw Error(row_prefix() + "a plain row has all-zero offsets, byte " + std::to_string(b) + " is not");
       continue;
     }
     if (mode[n] != static_cast<uint8_t>(CsfRowMode::packed))
-      throw Error(row + "mode " + std::to_string(mode[n]) + " is neither 0 (packed) nor 1 (plain)");
+      throw Error(row_prefix() + "mode " + std::to_string(mode[n]) + " is neither 0 (packed) nor 1 (plain)");
     if (len % kCsfRecordBytes != 0)
-      throw Error(row + "its exception records take " + std::to_string(len) + " bytes, not a multiple of 3");
+      throw Error(row_prefix() + "its exception records take " + std::to_string(len) + " bytes, not a multiple of 3");
     // Offset slots past scale C - 1 (padding to the stride) are zero.
     for (int64_t bit = C * bits; bit < stride * 8; ++bit)
       if ((off[bit >> 3] >> (bit & 7)) & 1)
-        throw Error(row + "offset padding bit " + std::to_string(bit) + " (past scale " + std::to_string(C - 1) +
+        throw Error(row_prefix() + "offset padding bit " + std::to_string(bit) + " (past scale " + std::to_string(C - 1) +
                     ") is not zero");
     int64_t next_record = 0, previous = -1;
     const int64_t records = len / kCsfRecordBytes;
     for (int64_t r = 0; r < records; ++r) {
       const int64_t pos = record_position(rec + r * kCsfRecordBytes);
       const int value = rec[r * kCsfRecordBytes + 2];
-      if (pos >= C) throw Error(row + "exception record " + std::to_string(r) + " has position " + std::to_string(pos) + " >= C = " + std::to_string(C));
+      if (pos >= C) throw Error(row_prefix() + "exception record " + std::to_string(r) + " has position " + std::to_string(pos) + " >= C = " + std::to_string(C));
       if (pos <= previous)
-        throw Error(row + "exception positions are not strictly increasing (" + std::to_string(pos) + " after " +
+        throw Error(row_prefix() + "exception positions are not strictly increasing (" + std::to_string(pos) + " after " +
                     std::to_string(previous) + ")");
       if (value - base[n] >= 0 && value - base[n] < width)
-        throw Error(row + "exception record at position " + std::to_string(pos) + " holds byte " + std::to_string(value) +
+        throw Error(row_prefix() + "exception record at position " + std::to_string(pos) + " holds byte " + std::to_string(value) +
                     ", which lies inside the window [" + std::to_string(base[n]) + ", " + std::to_string(base[n] + width - 1) +
                     "] (it must be an offset)");
       previous = pos;
@@ -204,9 +206,9 @@ void CsfPlane::validate(const std::string& name) const {
       const int o = read_offset(off, bits, j);
       if (is_exception) {
         ++next_record;
-        if (o != 0) throw Error(row + "the offset of exception position " + std::to_string(j) + " is " + std::to_string(o) + ", expected 0");
+        if (o != 0) throw Error(row_prefix() + "the offset of exception position " + std::to_string(j) + " is " + std::to_string(o) + ", expected 0");
       } else if (base[n] + o > 255) {
-        throw Error(row + "base " + std::to_string(base[n]) + " + offset " + std::to_string(o) + " at scale " +
+        throw Error(row_prefix() + "base " + std::to_string(base[n]) + " + offset " + std::to_string(o) + " at scale " +
                     std::to_string(j) + " passes 255");
       }
     }
