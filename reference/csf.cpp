@@ -11,9 +11,11 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <mutex>
 #include <string>
 
 #include "moejit/error.hpp"
+#include "reference/parallel.hpp"
 
 namespace moejit {
 namespace {
@@ -60,6 +62,68 @@ void check_geometry(const char* what, int64_t rows, int64_t scales_per_row) {
   if (scales_per_row < 1 || scales_per_row > kCsfMaxScalesPerRow)
     throw Error(std::string(what) + ": scales per row must be in [1, " + std::to_string(kCsfMaxScalesPerRow) +
                 "] (positions are u16; got " + std::to_string(scales_per_row) + ")");
+}
+
+// The first rule of docs/CSF.md that row n breaks, or "" when it keeps them all. The plane's sizes and
+// exception_start's ends are checked already.
+std::string broken_row_rule(const CsfPlane& p, int64_t n) {
+  const int64_t C = p.scales_per_row, stride = p.offset_stride();
+  const int bits = csf_offset_bits(p.format), width = window_width(p.format);
+  const uint32_t begin = p.exception_start[n], end = p.exception_start[n + 1];
+  if (end < begin)
+    return "exception_start decreases (" + std::to_string(begin) + " then " + std::to_string(end) + ")";
+  if (end > p.exceptions.size())
+    return "exception_start[" + std::to_string(n + 1) + "] = " + std::to_string(end) + " passes the end of the " +
+           std::to_string(p.exceptions.size()) + "-byte exception stream";
+  const uint8_t* rec = p.exceptions.data() + begin;
+  const int64_t len = end - begin;
+  const uint8_t* off = p.offsets.data() + n * stride;
+  const int base = p.base[n];
+  if (p.mode[n] == static_cast<uint8_t>(CsfRowMode::plain)) {
+    if (len != C)
+      return "a plain row holds " + std::to_string(C) + " bytes in the exception stream, found " + std::to_string(len);
+    if (base != 0) return "a plain row has base 0, found " + std::to_string(base);
+    for (int64_t b = 0; b < stride; ++b)
+      if (off[b]) return "a plain row has all-zero offsets, byte " + std::to_string(b) + " is not";
+    return "";
+  }
+  if (p.mode[n] != static_cast<uint8_t>(CsfRowMode::packed))
+    return "mode " + std::to_string(p.mode[n]) + " is neither 0 (packed) nor 1 (plain)";
+  if (len % kCsfRecordBytes != 0)
+    return "its exception records take " + std::to_string(len) + " bytes, not a multiple of 3";
+  // Offset slots past scale C - 1 (padding to the stride) are zero.
+  for (int64_t bit = C * bits; bit < stride * 8; ++bit)
+    if ((off[bit >> 3] >> (bit & 7)) & 1)
+      return "offset padding bit " + std::to_string(bit) + " (past scale " + std::to_string(C - 1) + ") is not zero";
+  const int64_t records = len / kCsfRecordBytes;
+  int64_t previous = -1;
+  for (int64_t r = 0; r < records; ++r) {
+    const int64_t pos = record_position(rec + r * kCsfRecordBytes);
+    const int value = rec[r * kCsfRecordBytes + 2];
+    if (pos >= C)
+      return "exception record " + std::to_string(r) + " has position " + std::to_string(pos) + " >= C = " + std::to_string(C);
+    if (pos <= previous)
+      return "exception positions are not strictly increasing (" + std::to_string(pos) + " after " +
+             std::to_string(previous) + ")";
+    if (value - base >= 0 && value - base < width)
+      return "exception record at position " + std::to_string(pos) + " holds byte " + std::to_string(value) +
+             ", which lies inside the window [" + std::to_string(base) + ", " + std::to_string(base + width - 1) +
+             "] (it must be an offset)";
+    previous = pos;
+  }
+  int64_t next_record = 0;
+  for (int64_t j = 0; j < C; ++j) {
+    const bool is_exception = next_record < records && record_position(rec + next_record * kCsfRecordBytes) == j;
+    const int o = read_offset(off, bits, j);
+    if (is_exception) {
+      ++next_record;
+      if (o != 0) return "the offset of exception position " + std::to_string(j) + " is " + std::to_string(o) + ", expected 0";
+    } else if (base + o > 255) {
+      return "base " + std::to_string(base) + " + offset " + std::to_string(o) + " at scale " + std::to_string(j) +
+             " passes 255";
+    }
+  }
+  return "";
 }
 
 }  // namespace
@@ -142,77 +206,37 @@ size_t CsfPlane::bytes() const {
 void CsfPlane::validate(const std::string& name) const {
   const std::string what = "CSF plane " + name;
   check_geometry(what.c_str(), rows, scales_per_row);
-  const int64_t C = scales_per_row, stride = offset_stride();
-  const int bits = csf_offset_bits(format), width = window_width(format);
   auto size_rule = [&](const char* array, size_t got, int64_t want) {
     if (got != static_cast<size_t>(want))
       throw Error(what + ": " + array + " has " + std::to_string(got) + " entries, expected " + std::to_string(want));
   };
   size_rule("base", base.size(), rows);
   size_rule("mode", mode.size(), rows);
-  size_rule("offsets", offsets.size(), rows * stride);
+  size_rule("offsets", offsets.size(), rows * offset_stride());
   size_rule("exception_start", exception_start.size(), rows + 1);
   if (exception_start[0] != 0) throw Error(what + ": exception_start[0] is " + std::to_string(exception_start[0]) + ", expected 0");
   if (exception_start[rows] != exceptions.size())
     throw Error(what + ": exception_start[" + std::to_string(rows) + "] = " + std::to_string(exception_start[rows]) +
                 " but the exception stream holds " + std::to_string(exceptions.size()) + " bytes");
-
-  int64_t n = 0;
-  // The message prefix of row n, built only when a rule is broken (planes have millions of rows).
-  auto row_prefix = [&] { return what + ": row " + std::to_string(n) + ": "; };
-  for (; n < rows; ++n) {
-    if (exception_start[n + 1] < exception_start[n])
-      throw Error(row_prefix() + "exception_start decreases (" + std::to_string(exception_start[n]) + " then " +
-                  std::to_string(exception_start[n + 1]) + ")");
-    const uint8_t* rec = exceptions.data() + exception_start[n];
-    const int64_t len = exception_start[n + 1] - exception_start[n];
-    const uint8_t* off = offsets.data() + n * stride;
-    if (mode[n] == static_cast<uint8_t>(CsfRowMode::plain)) {
-      if (len != C)
-        throw Error(row_prefix() + "a plain row holds " + std::to_string(C) + " bytes in the exception stream, found " +
-                    std::to_string(len));
-      if (base[n] != 0) throw Error(row_prefix() + "a plain row has base 0, found " + std::to_string(base[n]));
-      for (int64_t b = 0; b < stride; ++b)
-        if (off[b]) throw Error(row_prefix() + "a plain row has all-zero offsets, byte " + std::to_string(b) + " is not");
-      continue;
-    }
-    if (mode[n] != static_cast<uint8_t>(CsfRowMode::packed))
-      throw Error(row_prefix() + "mode " + std::to_string(mode[n]) + " is neither 0 (packed) nor 1 (plain)");
-    if (len % kCsfRecordBytes != 0)
-      throw Error(row_prefix() + "its exception records take " + std::to_string(len) + " bytes, not a multiple of 3");
-    // Offset slots past scale C - 1 (padding to the stride) are zero.
-    for (int64_t bit = C * bits; bit < stride * 8; ++bit)
-      if ((off[bit >> 3] >> (bit & 7)) & 1)
-        throw Error(row_prefix() + "offset padding bit " + std::to_string(bit) + " (past scale " + std::to_string(C - 1) +
-                    ") is not zero");
-    int64_t next_record = 0, previous = -1;
-    const int64_t records = len / kCsfRecordBytes;
-    for (int64_t r = 0; r < records; ++r) {
-      const int64_t pos = record_position(rec + r * kCsfRecordBytes);
-      const int value = rec[r * kCsfRecordBytes + 2];
-      if (pos >= C) throw Error(row_prefix() + "exception record " + std::to_string(r) + " has position " + std::to_string(pos) + " >= C = " + std::to_string(C));
-      if (pos <= previous)
-        throw Error(row_prefix() + "exception positions are not strictly increasing (" + std::to_string(pos) + " after " +
-                    std::to_string(previous) + ")");
-      if (value - base[n] >= 0 && value - base[n] < width)
-        throw Error(row_prefix() + "exception record at position " + std::to_string(pos) + " holds byte " + std::to_string(value) +
-                    ", which lies inside the window [" + std::to_string(base[n]) + ", " + std::to_string(base[n] + width - 1) +
-                    "] (it must be an offset)");
-      previous = pos;
-    }
-    for (int64_t j = 0; j < C; ++j) {
-      const bool is_exception =
-          next_record < records && record_position(rec + next_record * kCsfRecordBytes) == j;
-      const int o = read_offset(off, bits, j);
-      if (is_exception) {
-        ++next_record;
-        if (o != 0) throw Error(row_prefix() + "the offset of exception position " + std::to_string(j) + " is " + std::to_string(o) + ", expected 0");
-      } else if (base[n] + o > 255) {
-        throw Error(row_prefix() + "base " + std::to_string(base[n]) + " + offset " + std::to_string(o) + " at scale " +
-                    std::to_string(j) + " passes 255");
-      }
-    }
-  }
+  // Rows are independent: checked in parallel, and the lowest broken row is the one reported, whatever
+  // the thread count.
+  int64_t first_bad = rows;
+  std::string rule;
+  std::mutex mutex;
+  detail::parallel_for(rows, detail::worker_count(rows, static_cast<double>(scales_per_row) + 16),
+                       [&](int64_t r0, int64_t r1) {
+                         for (int64_t n = r0; n < r1; ++n) {
+                           std::string why = broken_row_rule(*this, n);
+                           if (why.empty()) continue;
+                           const std::lock_guard<std::mutex> lock(mutex);
+                           if (n < first_bad) {
+                             first_bad = n;
+                             rule = std::move(why);
+                           }
+                           return;
+                         }
+                       });
+  if (first_bad < rows) throw Error(what + ": row " + std::to_string(first_bad) + ": " + rule);
 }
 
 std::vector<uint8_t> csf_decode(const CsfPlane& p) {
@@ -220,18 +244,21 @@ std::vector<uint8_t> csf_decode(const CsfPlane& p) {
   const int64_t C = p.scales_per_row, stride = p.offset_stride();
   const int bits = csf_offset_bits(p.format);
   std::vector<uint8_t> out(static_cast<size_t>(p.rows * C));
-  for (int64_t n = 0; n < p.rows; ++n) {
-    uint8_t* dst = out.data() + n * C;
-    const uint8_t* rec = p.exceptions.data() + p.exception_start[n];
-    const int64_t len = p.exception_start[n + 1] - p.exception_start[n];
-    if (p.mode[n] == static_cast<uint8_t>(CsfRowMode::plain)) {
-      std::copy(rec, rec + C, dst);
-      continue;
+  // Rows are independent (the host-side expansion of prepare runs over hundreds of MB per layer).
+  detail::parallel_for(p.rows, detail::worker_count(p.rows, static_cast<double>(C)), [&](int64_t r0, int64_t r1) {
+    for (int64_t n = r0; n < r1; ++n) {
+      uint8_t* dst = out.data() + n * C;
+      const uint8_t* rec = p.exceptions.data() + p.exception_start[n];
+      const int64_t len = p.exception_start[n + 1] - p.exception_start[n];
+      if (p.mode[n] == static_cast<uint8_t>(CsfRowMode::plain)) {
+        std::copy(rec, rec + C, dst);
+        continue;
+      }
+      const uint8_t* off = p.offsets.data() + n * stride;
+      for (int64_t j = 0; j < C; ++j) dst[j] = static_cast<uint8_t>(p.base[n] + read_offset(off, bits, j));
+      for (int64_t r = 0; r < len; r += kCsfRecordBytes) dst[record_position(rec + r)] = rec[r + 2];
     }
-    const uint8_t* off = p.offsets.data() + n * stride;
-    for (int64_t j = 0; j < C; ++j) dst[j] = static_cast<uint8_t>(p.base[n] + read_offset(off, bits, j));
-    for (int64_t r = 0; r < len; r += kCsfRecordBytes) dst[record_position(rec + r)] = rec[r + 2];
-  }
+  });
   return out;
 }
 

@@ -216,6 +216,7 @@ TEST_CASE("csf: validation names the array, the row and the rule", "[csf]") {
   broken([](CsfPlane& p) { p.base.pop_back(); }, "base has 1 entries, expected 2");
   broken([](CsfPlane& p) { p.exception_start[2] += 1; }, "exception stream holds");
   broken([](CsfPlane& p) { p.exceptions[2] = 12; }, "inside the window");
+  broken([](CsfPlane& p) { p.exception_start[1] = 20; }, "row 0: exception_start[1] = 20 passes the end of the 11-byte");
   broken([](CsfPlane& p) { p.exceptions[0] = 8; }, "position 8 >= C = 8");
   broken([](CsfPlane& p) { p.offsets[1] |= 0x01; }, "offset of exception position 2");
   broken([](CsfPlane& p) { p.base[1] = 3; }, "plain row has base 0");
@@ -230,6 +231,12 @@ TEST_CASE("csf: validation names the array, the row and the rule", "[csf]") {
   std::swap(two_records.exceptions[2], two_records.exceptions[5]);
   CHECK_THROWS_WITH(two_records.validate("x"), Contains("not strictly increasing"));
   CHECK_THROWS_WITH(csf_encode(ScaleFormat::nvfp4, s.data(), 1, 0), Contains("scales per row"));
+  // Rows are checked in parallel; the lowest broken row is the one named.
+  const auto many = random_bytes(20000 * 64, 5);
+  CsfPlane big = csf_encode(ScaleFormat::nvfp4, many.data(), 20000, 64);
+  big.mode[17000] = 9;
+  big.mode[150] = 9;
+  CHECK_THROWS_WITH(big.validate("big"), Contains("row 150: mode 9"));
 }
 
 TEST_CASE("csf: realistic layers compress, random scales stay plain", "[csf][layer]") {
