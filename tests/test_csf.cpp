@@ -403,6 +403,11 @@ TEST_CASE("cli: compress a golden layer and report bytes; geometry report", "[cs
   REQUIRE(r.rc == 0);
   CHECK_THAT(r.out, Contains("qwen3-30b-a3b") && Contains("kept plain"));
 
+  r = moejit_test::run_cli({"compress", "--config", "no-such-model"});
+  CHECK(r.rc == 2);
+  CHECK_THAT(r.out, Contains("--config no-such-model"));
+  CHECK_THAT(r.out, !Contains("scales plain"));  // nothing printed before the error
+
   r = moejit_test::run_cli({"compress", "--layer", golden});
   CHECK(r.rc == 2);
   CHECK_THAT(r.out, Contains("--output PATH is required"));

@@ -30,8 +30,9 @@ void print_totals(const LayerStorageReport& r) {
   fmt::print("  scales     plain {:>10}  stored {:>10}  {:5.2f}x\n", human_bytes(static_cast<double>(r.plain_scale_bytes())),
              human_bytes(static_cast<double>(r.stored_scale_bytes())),
              static_cast<double>(r.plain_scale_bytes()) / static_cast<double>(std::max<size_t>(r.stored_scale_bytes(), 1)));
-  fmt::print("  layer      plain {:>10}  stored {:>10}  {:.2f} % fewer bytes\n", human_bytes(plain), human_bytes(stored),
-             plain > 0 ? 100.0 * (plain - stored) / plain : 0.0);
+  const double saved = plain > 0 ? 100.0 * (plain - stored) / plain : 0.0;
+  fmt::print("  layer      plain {:>10}  stored {:>10}  {:.2f} % {} bytes\n", human_bytes(plain), human_bytes(stored),
+             saved < 0 ? -saved : saved, saved < 0 ? "more" : "fewer");
 }
 
 int compress_file(const Args& args) {
@@ -59,6 +60,14 @@ int geometry_report(const Args& args) {
   std::vector<std::string> names;
   if (args.str("config") == "all") names = bundled_config_names();
   else names.push_back(args.str("config"));
+  std::vector<ModelConfig> configs;  // all loaded before anything is printed
+  for (const std::string& name : names) {
+    try {
+      configs.push_back(load_model_config(name));
+    } catch (const Error& e) {
+      throw UsageError(fmt::format("--config {}: {}", name, e.what()));
+    }
+  }
   const int experts = args.integer("experts", 2, 1, 1 << 16);
   const uint64_t seed = static_cast<uint64_t>(args.integer("seed", 1, 0));
   const std::string spread_text = args.str("row-spread", "0.5");
@@ -72,13 +81,7 @@ int geometry_report(const Args& args) {
              spread, experts);
   fmt::print("{:<24} {:<6} {:>7} {:>7}  {:>12} {:>12} {:>7} {:>9}  {:>14}\n", "config", "format", "C fc1", "C fc2",
              "scales plain", "scales CSF", "ratio", "layer -%", "random scales");
-  for (const std::string& name : names) {
-    ModelConfig c;
-    try {
-      c = load_model_config(name);
-    } catch (const Error& e) {
-      throw UsageError(fmt::format("--config {}: {}", name, e.what()));
-    }
+  for (const ModelConfig& c : configs) {
     LayerSpec spec = c.local();
     const double scale_to_layer = static_cast<double>(spec.experts) / std::min(spec.experts, experts);
     spec.experts = std::min(spec.experts, experts);
