@@ -5,7 +5,7 @@
 // validator checks the structural rules a GPU decoder relies on (sizes, row bounds inside the
 // exception stream, sorted positions, zero padding) and the canonical ones that make an encoding
 // unambiguous (a record's byte lies outside the window, its offset slot is 0), but not the encoder's
-// choices (the base and the row mode): any valid choice decodes to the same plane.
+// choices (the base and the row mode), which no decoder depends on.
 #include "moejit/csf.hpp"
 
 #include <algorithm>
