@@ -54,10 +54,23 @@ void HostLayer::validate() const {
       throw Error("layer tensor " + name + " has " + std::to_string(got) + " elements, expected " + std::to_string(want) +
                   " (shape " + shape + ")");
   };
+  // A scale plane is held plainly or in CSF (docs/CSF.md), never both.
+  auto expect_scales = [&](const std::string& name, const std::vector<uint8_t>& plain,
+                           const std::optional<CsfPlane>& csf, int64_t plane_rows, int64_t per_row,
+                           const std::string& shape) {
+    if (!csf) return expect(name, plain.size(), plane_rows * per_row, shape);
+    if (!plain.empty()) throw Error("layer tensor " + name + " is held both plainly and in CSF (keep one form)");
+    if (csf->format != spec.format || csf->rows != plane_rows || csf->scales_per_row != per_row)
+      throw Error("layer tensor " + name + " (CSF) is a " + std::string(to_string(csf->format)) + " plane of " +
+                  std::to_string(csf->rows) + " rows x " + std::to_string(csf->scales_per_row) + " scales, expected " +
+                  std::string(to_string(spec.format)) + " " + std::to_string(plane_rows) + " x " +
+                  std::to_string(per_row) + " (shape " + shape + ")");
+    csf->validate(name);
+  };
   expect(fc1, w13.size(), E * rows * H / 2, "[E, " + rows_name + ", H/2]");
-  expect(fc1 + "_scale", w13_scale.size(), E * rows * H / block, "[E, " + rows_name + ", H/" + blk + "]");
+  expect_scales(fc1 + "_scale", w13_scale, w13_scale_csf, E * rows, H / block, "[E, " + rows_name + ", H/" + blk + "]");
   expect("w2", w2.size(), E * H * I / 2, "[E, H, I/2]");
-  expect("w2_scale", w2_scale.size(), E * H * I / block, "[E, H, I/" + blk + "]");
+  expect_scales("w2_scale", w2_scale, w2_scale_csf, E * H, I / block, "[E, H, I/" + blk + "]");
 
   if (spec.format == ScaleFormat::nvfp4) {
     // [E, 2] (gate, up) only where there is an up projection to scale apart.
@@ -95,8 +108,9 @@ namespace {
 // e2m1 * e4m3 has at most 6 significant bits and e2m1 * e8m0 is a power-of-two multiple, so this
 // product is exact in float; only NVFP4's extra global factor can round (once).
 // `global` is the expert's NVFP4 global scale for this row (unused for MXFP4).
-float dequant(const HostLayer& L, const std::vector<uint8_t>& q, const std::vector<uint8_t>& scales, float global,
-              int e, int row, int k, int rows, int cols, const char* name) {
+float dequant(const HostLayer& L, const std::vector<uint8_t>& q, const std::vector<uint8_t>& scales,
+              const std::optional<CsfPlane>& csf, float global, int e, int row, int k, int rows, int cols,
+              const char* name) {
   if (e < 0 || e >= L.spec.experts || row < 0 || row >= rows || k < 0 || k >= cols)
     throw Error(std::string(name) + ": element (expert " + std::to_string(e) + ", row " + std::to_string(row) + ", k " +
                 std::to_string(k) + ") outside [" + std::to_string(L.spec.experts) + ", " + std::to_string(rows) + ", " +
@@ -104,7 +118,8 @@ float dequant(const HostLayer& L, const std::vector<uint8_t>& q, const std::vect
   const int block = scale_block(L.spec.format);
   const int64_t r = static_cast<int64_t>(e) * rows + row;
   const float v = e2m1_to_float(fp4_nibble(q.data() + r * (cols / 2), k));
-  const uint8_t s = scales[r * (cols / block) + k / block];
+  // A CSF plane decodes one scale in O(1) plus a search of the row's exception records.
+  const uint8_t s = csf ? csf->scale(r, k / block) : scales[r * (cols / block) + k / block];
   if (L.spec.format == ScaleFormat::nvfp4) return v * e4m3_to_float(s) * global;
   return v * e8m0_to_float(s);
 }
@@ -126,12 +141,12 @@ float HostLayer::fc1_global_scale(int e, int row) const {
 
 float HostLayer::fc1_weight(int e, int row, int k) const {
   const float g = (e >= 0 && e < spec.experts && row >= 0 && row < spec.fc1_rows()) ? fc1_global_scale(e, row) : 0.0f;
-  return dequant(*this, w13, w13_scale, g, e, row, k, spec.fc1_rows(), spec.hidden, "fc1_weight");
+  return dequant(*this, w13, w13_scale, w13_scale_csf, g, e, row, k, spec.fc1_rows(), spec.hidden, "fc1_weight");
 }
 
 float HostLayer::fc2_weight(int e, int row, int k) const {
   const float g = (spec.format == ScaleFormat::nvfp4 && e >= 0 && e < spec.experts) ? w2_global_scale[e] : 1.0f;
-  return dequant(*this, w2, w2_scale, g, e, row, k, spec.hidden, spec.intermediate, "fc2_weight");
+  return dequant(*this, w2, w2_scale, w2_scale_csf, g, e, row, k, spec.hidden, spec.intermediate, "fc2_weight");
 }
 
 HostLayer allocate_layer(const LayerSpec& spec) {

@@ -15,6 +15,7 @@
 
 #include "moejit/error.hpp"
 #include "moejit/safetensors.hpp"
+#include "reference/csf_tensors.hpp"
 
 namespace moejit {
 namespace {
@@ -128,8 +129,17 @@ HostLayer read_layer_file(const std::string& path) {
   const std::string fc1 = gated ? "w13" : "w1";
   std::set<std::string> allowed = {fc1, fc1 + "_scale", "w2", "w2_scale", fc1 + "_bias", "w2_bias"};
   if (spec.format == ScaleFormat::nvfp4) allowed.insert({fc1 + "_global_scale", "w2_global_scale"});
+  // Scale planes in the compressed scale format (docs/CSF.md), announced by __metadata__ scale_storage.
+  const std::string* storage = find_meta(f, detail::kScaleStorageField);
+  if (storage && *storage != detail::kScaleStorageCsf)
+    throw Error(what + ": __metadata__ field 'scale_storage' = '" + *storage + "' is not 'csf'");
+  if (storage)
+    for (const std::string& plane : {fc1 + "_scale", std::string("w2_scale")})
+      for (const auto& n : detail::csf_tensor_names(plane)) allowed.insert(n);
   for (const auto& [name, t] : f.tensors) {
     if (allowed.count(name)) continue;
+    if (name.find("_csf_") != std::string::npos && !storage)
+      throw Error(what + ": unexpected tensor '" + name + "': CSF scale tensors need __metadata__ scale_storage = csf");
     std::string why = "it does not belong to a " + std::string(to_string(spec.format)) + " " +
                       std::string(to_string(spec.activation)) + " layer (expected:";
     for (const auto& a : allowed) why += " " + a;
@@ -148,9 +158,20 @@ HostLayer read_layer_file(const std::string& path) {
   HostLayer L;
   L.spec = spec;
   L.w13 = std::move(require(f, what, fc1, "U8", {E, rows, H / 2}).data);
-  L.w13_scale = std::move(require(f, what, fc1 + "_scale", "U8", {E, rows, H / block}).data);
   L.w2 = std::move(require(f, what, "w2", "U8", {E, H, I / 2}).data);
-  L.w2_scale = std::move(require(f, what, "w2_scale", "U8", {E, H, I / block}).data);
+  // Each scale plane is its plain tensor or, in a CSF file, its five CSF tensors (never both).
+  auto scale_plane = [&](const std::string& plane, int64_t plane_rows, int64_t per_row, std::vector<uint8_t>& plain,
+                         std::optional<CsfPlane>& csf) {
+    if (!storage || !detail::has_any_csf_tensor(f, plane)) {
+      plain = std::move(require(f, what, plane, "U8", {E, plane_rows, per_row}).data);
+      return;
+    }
+    if (f.tensors.count(plane))
+      throw Error(what + ": tensor '" + plane + "' and its CSF tensors are both present (a plane is stored one way)");
+    csf = detail::read_csf_plane(f, what, plane, spec.format, E, plane_rows, per_row);
+  };
+  scale_plane(fc1 + "_scale", rows, H / block, L.w13_scale, L.w13_scale_csf);
+  scale_plane("w2_scale", H, I / block, L.w2_scale, L.w2_scale_csf);
   if (spec.format == ScaleFormat::nvfp4) {
     // [E], or [E, 2] (gate, up scaled apart; gated layers only: HostLayer::w13_global_scale).
     const auto gs = f.tensors.find(fc1 + "_global_scale");
@@ -176,9 +197,11 @@ void write_layer_file(const std::string& path, const HostLayer& L) {
 
   SafetensorsFile f;
   f.tensors[fc1] = to_tensor("U8", {E, rows, H / 2}, L.w13);
-  f.tensors[fc1 + "_scale"] = to_tensor("U8", {E, rows, H / block}, L.w13_scale);
   f.tensors["w2"] = to_tensor("U8", {E, H, I / 2}, L.w2);
-  f.tensors["w2_scale"] = to_tensor("U8", {E, H, I / block}, L.w2_scale);
+  if (L.w13_scale_csf) detail::put_csf_plane(f, fc1 + "_scale", E, rows, *L.w13_scale_csf);
+  else f.tensors[fc1 + "_scale"] = to_tensor("U8", {E, rows, H / block}, L.w13_scale);
+  if (L.w2_scale_csf) detail::put_csf_plane(f, "w2_scale", E, H, *L.w2_scale_csf);
+  else f.tensors["w2_scale"] = to_tensor("U8", {E, H, I / block}, L.w2_scale);
   if (s.format == ScaleFormat::nvfp4) {
     f.tensors[fc1 + "_global_scale"] =
         to_tensor("F32", L.has_split_fc1_global_scale() ? std::vector<int64_t>{E, 2} : std::vector<int64_t>{E},
@@ -203,6 +226,7 @@ void write_layer_file(const std::string& path, const HostLayer& L) {
     f.metadata["swiglu_beta"] = format_float(s.swiglu_beta);
   }
   if (s.limit) f.metadata["swiglu_limit"] = format_float(*s.limit);
+  if (L.w13_scale_csf || L.w2_scale_csf) f.metadata[detail::kScaleStorageField] = detail::kScaleStorageCsf;
   write_safetensors(path, f);
 }
 

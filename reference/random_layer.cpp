@@ -22,16 +22,26 @@
 namespace moejit {
 namespace {
 
-enum StreamId : uint64_t { kFc1 = 1, kFc2 = 2, kBias = 3, kInputs = 4 };
+enum StreamId : uint64_t { kFc1 = 1, kFc2 = 2, kBias = 3, kInputs = 4, kFc1Rows = 5, kFc2Rows = 6 };
 
 void fill_normal(std::vector<float>& buf, uint64_t key, double stddev) {
   detail::SplitMix64 g(key);
   for (float& v : buf) v = static_cast<float>(detail::normal(g) * stddev);
 }
 
-}  // namespace
+// Multiplies each row of buf [rows, cols] by exp(row_spread * z), z ~ N(0, 1) from its own stream, so
+// the weights themselves keep the bits they have without the spread.
+void spread_rows(std::vector<float>& buf, int64_t cols, uint64_t key, double row_spread) {
+  if (row_spread == 0) return;
+  detail::SplitMix64 g(key);
+  const int64_t rows = static_cast<int64_t>(buf.size()) / cols;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float f = static_cast<float>(std::exp(row_spread * detail::normal(g)));
+    for (int64_t c = 0; c < cols; ++c) buf[r * cols + c] *= f;
+  }
+}
 
-HostLayer make_random_layer(const LayerSpec& spec, uint64_t seed) {
+HostLayer quantized_normal_layer(const LayerSpec& spec, uint64_t seed, double row_spread) {
   spec.validate();
   const int64_t E = spec.experts, H = spec.hidden, I = spec.intermediate, rows = spec.fc1_rows();
   const int block = scale_block(spec.format);
@@ -46,12 +56,14 @@ HostLayer make_random_layer(const LayerSpec& spec, uint64_t seed) {
     for (int64_t e = e0; e < e1; ++e) {
       buf.resize(rows * H);
       fill_normal(buf, detail::stream_key(seed, kFc1, e), 1.0 / std::sqrt(static_cast<double>(H)));
+      spread_rows(buf, H, detail::stream_key(seed, kFc1Rows, e), row_spread);
       detail::quantize_matrix(spec.format, buf.data(), rows, H, layer.w13.data() + e * rows * H / 2,
                               layer.w13_scale.data() + e * rows * H / block,
                               layer.w13_global_scale.empty() ? &dummy : &layer.w13_global_scale[e], "fc1",
                               static_cast<int>(e));
       buf.resize(H * I);
       fill_normal(buf, detail::stream_key(seed, kFc2, e), 1.0 / std::sqrt(static_cast<double>(I)));
+      spread_rows(buf, I, detail::stream_key(seed, kFc2Rows, e), row_spread);
       detail::quantize_matrix(spec.format, buf.data(), H, I, layer.w2.data() + e * H * I / 2,
                               layer.w2_scale.data() + e * H * I / block,
                               layer.w2_global_scale.empty() ? &dummy : &layer.w2_global_scale[e], "fc2",
@@ -67,6 +79,16 @@ HostLayer make_random_layer(const LayerSpec& spec, uint64_t seed) {
     for (float& v : layer.w2_bias) v = static_cast<float>(0.1 * detail::normal(g));
   }
   return layer;
+}
+
+}  // namespace
+
+HostLayer make_random_layer(const LayerSpec& spec, uint64_t seed) { return quantized_normal_layer(spec, seed, 0.0); }
+
+HostLayer make_realistic_layer(const LayerSpec& spec, uint64_t seed, double row_spread) {
+  if (!(row_spread >= 0 && row_spread <= 4))
+    throw Error("make_realistic_layer: row_spread must be in [0, 4] (got " + std::to_string(row_spread) + ")");
+  return quantized_normal_layer(spec, seed, row_spread);
 }
 
 HostInputs make_random_inputs(const LayerSpec& spec, int tokens, uint64_t seed, bool include_invalid) {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "moejit/codecs.hpp"
+#include "moejit/csf_layer.hpp"
 #include "moejit/error.hpp"
 #include "moejit/reference.hpp"
 #include "reference/parallel.hpp"
@@ -123,6 +124,10 @@ ReferenceOutput reference_forward(const HostLayer& layer, const HostInputs& in, 
   const int block = scale_block(spec.format);
   const bool nvfp4 = spec.format == ScaleFormat::nvfp4;
   const bool gated = is_gated(spec.activation);
+  // CSF scale planes (docs/CSF.md) are expanded once; plain planes are read in place.
+  std::vector<uint8_t> fc1_expanded, fc2_expanded;
+  const std::vector<uint8_t>& fc1_scales = plain_scale_plane(layer.w13_scale, layer.w13_scale_csf, fc1_expanded);
+  const std::vector<uint8_t>& fc2_scales = plain_scale_plane(layer.w2_scale, layer.w2_scale_csf, fc2_expanded);
 
   ReferenceOutput result;
   result.out_f64.assign(M * H, 0.0);
@@ -155,7 +160,7 @@ ReferenceOutput reference_forward(const HostLayer& layer, const HostInputs& in, 
 
     // FC1: h[p, r] = x[m_p] . W1[e, r] (* global) (+ bias), for every slot p routed to e.
     const uint8_t* q1 = layer.w13.data() + e * rows * H / 2;
-    const uint8_t* s1 = layer.w13_scale.data() + e * rows * H / block;
+    const uint8_t* s1 = fc1_scales.data() + e * rows * H / block;
     // Per row: an [E, 2] layer scales its gate and up rows apart (HostLayer::fc1_global_scale).
     std::vector<double> g1(rows, 1.0);
     if (nvfp4)
@@ -185,7 +190,7 @@ ReferenceOutput reference_forward(const HostLayer& layer, const HostInputs& in, 
     // FC2 and the weighted sum: out[m_p, r] += w_p * (a_p . W2[e, r] (* global) (+ bias)). Row r of out
     // belongs to one thread; slots are added in slot order, experts in expert order.
     const uint8_t* q2 = layer.w2.data() + e * H * I / 2;
-    const uint8_t* s2 = layer.w2_scale.data() + e * H * I / block;
+    const uint8_t* s2 = fc2_scales.data() + e * H * I / block;
     const double g2 = nvfp4 ? static_cast<double>(layer.w2_global_scale[e]) : 1.0;
     detail::parallel_for(H, detail::worker_count(H, static_cast<double>(I) * (P + 1)), [&](int64_t r0, int64_t r1) {
       std::vector<double> w(I);

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <new>
 
+#include "moejit/csf_layer.hpp"
 #include "moejit/error.hpp"
 #include "runtime/context.hpp"
 #include "runtime/driver_api.hpp"
@@ -158,12 +159,15 @@ std::shared_ptr<PreparedLayer> Runtime::prepare(const HostLayer& layer) {
     return keep.back().ptr();
   };
   v.w13 = up(layer.w13);
-  v.w13_scale = up(layer.w13_scale);
+  // CSF scale planes are expanded to plain bytes on the host before the upload (the documented
+  // fallback of docs/CSF.md until the kernels rebuild scales from the CSF planes themselves).
+  std::vector<uint8_t> fc1_expanded, fc2_expanded;
+  v.w13_scale = up(plain_scale_plane(layer.w13_scale, layer.w13_scale_csf, fc1_expanded));
   v.w13_global_scale = up(kernel_fc1_global_scale(layer));  // [E, 2] (gate, up) for gated layers
   v.w13_global_scale_gate_up = !v.w13_global_scale ? false : is_gated(layer.spec.activation);
   v.w13_bias = up(layer.w13_bias);
   v.w2 = up(layer.w2);
-  v.w2_scale = up(layer.w2_scale);
+  v.w2_scale = up(plain_scale_plane(layer.w2_scale, layer.w2_scale_csf, fc2_expanded));
   v.w2_global_scale = up(layer.w2_global_scale);
   v.w2_bias = up(layer.w2_bias);
   std::shared_ptr<PreparedLayer> prepared = prepare(v, nullptr);

@@ -210,6 +210,7 @@ int cmd_inspect(int argc, char** argv);
 int cmd_cache(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
 int cmd_run(int argc, char** argv);
+int cmd_compress(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_demo(int argc, char** argv);
 

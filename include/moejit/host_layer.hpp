@@ -6,8 +6,10 @@
 // along K) or e8m0 (mxfp4, per 32) code per block. Host-only; const member functions and the free
 // functions are thread-safe (no shared state) unless a caller writes the same HostLayer concurrently.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
+#include "moejit/csf.hpp"
 #include "moejit/types.hpp"
 
 namespace moejit {
@@ -26,6 +28,10 @@ struct HostLayer {
   std::vector<uint8_t> w2_scale;          // [E, H, I/block]
   std::vector<float> w2_global_scale;     // [E], nvfp4 only
   std::vector<float> w2_bias;             // [E, H], when spec.has_bias
+  // A scale plane may instead be held in the compressed scale format (docs/CSF.md, rows E * rows per
+  // expert): then its plain vector above is empty. Exactly one of the two forms holds each plane.
+  std::optional<CsfPlane> w13_scale_csf;
+  std::optional<CsfPlane> w2_scale_csf;
 
   // Throws moejit::Error naming the tensor whose size does not match spec (or the spec's own rule,
   // LayerSpec::validate), a tensor the spec does not use (biases without has_bias, global scales for
@@ -82,6 +88,13 @@ HostLayer quantize_layer(const LayerSpec& spec, const std::vector<float>& fc1, c
 // A layer of random weights (normal, std ~ 1/sqrt(K)) quantized with quantize_layer; deterministic per
 // seed (the same on every toolchain). Throws moejit::Error for an invalid spec.
 HostLayer make_random_layer(const LayerSpec& spec, uint64_t seed);
+
+// A layer made the way trained ones are, for the compressed scale format (docs/CSF.md): normal
+// weights as make_random_layer, each output row multiplied by its own factor exp(row_spread * N(0,1))
+// (trained rows differ in norm), quantized with quantize_layer's quantizers. Neighbouring block scales
+// of a row are then close, as in real checkpoints, while rows differ. row_spread = 0 gives
+// make_random_layer's layer bit for bit; row_spread outside [0, 4] throws moejit::Error.
+HostLayer make_realistic_layer(const LayerSpec& spec, uint64_t seed, double row_spread = 0.5);
 
 // A random layer of any size in about a second, for benchmarks and large-shape tests: FP4 codes are
 // uniform random bytes (every code point, -0 included), block scales valid e4m3/e8m0 codes around
