@@ -21,8 +21,10 @@ struct SafetensorsFile {
   std::map<std::string, std::string> metadata;  // "__metadata__" string fields
 };
 
-// Throws moejit::Error on malformed files: short file, header length past the end, bad JSON,
-// unknown dtype, shape/offset mismatch, offsets past the end or overlapping.
+// Throws moejit::Error on malformed files: short file, header length past the end or above the
+// format's 100,000,000-byte limit, bad or too deeply nested JSON, unknown dtype, shape/offset mismatch,
+// tensors that do not fill the data section exactly (gaps, overlaps, trailing bytes), and (files) a
+// path that is not a regular file.
 SafetensorsFile read_safetensors(const std::string& path);
 SafetensorsFile parse_safetensors(const std::vector<uint8_t>& bytes, const std::string& what = "buffer");
 void write_safetensors(const std::string& path, const SafetensorsFile& file);
