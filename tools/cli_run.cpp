@@ -42,20 +42,6 @@ std::vector<uint16_t> forward_once(Runtime& rt, const PreparedLayer& layer, cons
   return out;
 }
 
-namespace {
-
-void check_inputs_match(const LayerSpec& spec, const HostInputs& in, const std::string& layer_path,
-                        const std::string& input_path) {
-  if (in.hidden != spec.hidden)
-    throw Error(fmt::format("--input {}: x has hidden size {} but the layer in {} has H = {}", input_path, in.hidden,
-                            layer_path, spec.hidden));
-  if (in.top_k != spec.top_k)
-    throw Error(fmt::format("--input {}: topk_ids has {} columns but the layer in {} has top_k = {}", input_path,
-                            in.top_k, layer_path, spec.top_k));
-}
-
-}  // namespace
-
 int cmd_run(int argc, char** argv) {
   static const CommandSpec spec{
       "run",
@@ -68,7 +54,7 @@ int cmd_run(int argc, char** argv) {
           "--check also computes the fp64 CPU reference (DESIGN §1) and prints rel_l2 = ||gpu - ref|| / ||ref||,\n"
           "cosine and max_abs, where ref is the unrounded fp64 output. The check passes when rel_l2 <= {:g} and\n"
           "every output is finite (the final bf16 rounding alone gives rel_l2 ~ 1e-3); otherwise run exits 1.\n"
-          "Needs a GPU.",
+          "The output may not be one of the input files. Needs a GPU (`moejit validate` checks the files without one).",
           kCheckRelL2),
       {{"layer", "PATH", "layer file (.safetensors)"},
        {"input", "PATH", "input file (.safetensors)"},
@@ -89,26 +75,16 @@ int cmd_run(int argc, char** argv) {
   } catch (const Error& e) {
     throw UsageError(fmt::format("--family: {}", e.what()));
   }
+  // Files first (the rules `moejit validate` applies without a GPU), then the GPU.
+  const std::string layer_path = args.str("layer"), input_path = args.str("input"), output_path = args.str("output");
+  RunFiles files = read_run_files(layer_path, input_path, output_path);
+  const HostLayer& layer = files.layer;
+  const HostInputs& in = *files.inputs;
   std::string why;
   if (!gpu_available(&why))
     throw Error(fmt::format("no usable GPU ({}); run executes kernels and needs a CUDA device "
-                            "(plan, inspect and prewarm --arch work without one)",
+                            "(plan, inspect, prewarm --arch and validate work without one)",
                             why));
-
-  const std::string layer_path = args.str("layer"), input_path = args.str("input"), output_path = args.str("output");
-  HostLayer layer;
-  HostInputs in;
-  try {
-    layer = read_layer_file(layer_path);
-  } catch (const Error& e) {
-    throw Error(fmt::format("--layer {}: {}", layer_path, e.what()));
-  }
-  try {
-    in = read_input_file(input_path);
-  } catch (const Error& e) {
-    throw Error(fmt::format("--input {}: {}", input_path, e.what()));
-  }
-  check_inputs_match(layer.spec, in, layer_path, input_path);
 
   Runtime rt;
   const auto t0 = std::chrono::steady_clock::now();
