@@ -3,7 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
-for p in cmake g++ make libfmt-dev nlohmann-json3-dev catch2; do
+# clang: the sanitizer build and the libFuzzer targets (tools/sanitize.sh, run by tools/test.sh).
+for p in cmake g++ make libfmt-dev nlohmann-json3-dev catch2 clang; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The CPU test suite under AddressSanitizer + UndefinedBehaviorSanitizer, and a bounded run of every
+# libFuzzer target, in a second build directory (${BUILD_DIR:-build}-san, or $SAN_BUILD_DIR).
+#
+# clang++ builds it when installed (tools/setup.sh installs it): the library then also carries libFuzzer
+# coverage and the fuzz/ targets are built and run for MOEJIT_FUZZ_SECONDS each (default 20). Without
+# clang, g++ builds the sanitized CPU suite and the fuzz step is reported as skipped.
+# Only what the CPU tests need is built (no GPU tests, no nvcc probes). Extra arguments go to ctest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SAN_BUILD_DIR=${SAN_BUILD_DIR:-${BUILD_DIR:-build}-san}
+CUDA_ROOT=${MOEJIT_CUDA_ROOT:-/usr/local/cuda}
+# clang++ with a working libFuzzer (Debian's clang pulls in its runtime; check rather than assume).
+CXX=g++
+FUZZ=OFF
+if command -v clang++ >/dev/null 2>&1; then
+  CXX=clang++
+  probe=$(mktemp -d)
+  echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' >"$probe/f.cpp"
+  if clang++ -fsanitize=fuzzer,address,undefined "$probe/f.cpp" -o "$probe/f" >/dev/null 2>&1; then
+    FUZZ=ON
+  else
+    echo "sanitize.sh: clang++ cannot link libFuzzer (install libclang-rt-dev for this clang); the fuzz targets are skipped" >&2
+  fi
+  rm -rf "$probe"
+else
+  echo "sanitize.sh: clang++ not found: building the sanitized CPU suite with g++; the fuzz targets are skipped" >&2
+fi
+# -O1: sanitized code at -O0 makes the fp64 reference tests several times slower; at -O2 the build
+# takes longer than the tests. Asserts stay on (NDEBUG unset).
+cmake -S . -B "$SAN_BUILD_DIR" -DCMAKE_CXX_COMPILER="$CXX" -DCMAKE_BUILD_TYPE=SanitizeO1 \
+  -DCMAKE_CXX_FLAGS_SANITIZEO1="-O1 -g" -DMOEJIT_SANITIZE=ON -DMOEJIT_FUZZ="$FUZZ" -DMOEJIT_GPU_TESTS=OFF \
+  -DMOEJIT_CUDA_ROOT="$CUDA_ROOT" -DMOEJIT_FUZZ_SECONDS="${MOEJIT_FUZZ_SECONDS:-20}" >/dev/null
+cmake --build "$SAN_BUILD_DIR" -j "$(nproc)"
+# Leaks are findings (NVRTC's own allocations aside); any UB aborts the test that hit it.
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1"
+export LSAN_OPTIONS="suppressions=$PWD/tools/lsan.supp:print_suppressions=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export MOEJIT_CACHE_DIR=${MOEJIT_CACHE_DIR:-$PWD/$SAN_BUILD_DIR/test-cache}
+ctest --test-dir "$SAN_BUILD_DIR" --output-on-failure -j "$(nproc)" -L 'cpu|fuzz' "$@"
