@@ -65,24 +65,35 @@ TEST_CASE("a manifest nested deeper than any stack is set aside as damaged and r
   CHECK(again.get(k)->from_disk);
 }
 
-TEST_CASE("a FIFO in place of an entry's cubin or manifest never blocks a reader", "[reliability][cache][fifo]") {
+TEST_CASE("a FIFO or a symlink in place of an entry's cubin or manifest never blocks or redirects a reader",
+          "[reliability][cache][fifo]") {
   Watchdog watchdog(120);
-  for (const char* file : {"kernel.cubin", "manifest.json"}) {
-    INFO(file);
-    TempRoot root;
-    const KernelKey k = test_key();
-    const std::string dir = published_entry(root, k);
-    REQUIRE(::unlink((dir + "/" + file).c_str()) == 0);
-    REQUIRE(::mkfifo((dir + "/" + file).c_str(), 0600) == 0);
-    KernelCache cache(opts(root));
-    const auto listed = cache.list();
-    REQUIRE(listed.size() == 1);
-    CHECK_THAT(listed[0].problem, Contains(std::string(file) + " is a FIFO, not a regular file"));
-    CHECK_FALSE(cache.contains(k));  // reads, finds it damaged, quarantines it
-    CHECK(names_in(cache.schema_dir() + "/quarantine").size() == 1);
-    CHECK_FALSE(cache.get(k)->from_disk);
-    KernelCache again(opts(root));
-    CHECK(again.get(k)->from_disk);
+  for (const char* kind : {"FIFO", "symbolic link"}) {
+    for (const char* file : {"kernel.cubin", "manifest.json"}) {
+      INFO(kind << " as " << file);
+      TempRoot root;
+      const KernelKey k = test_key();
+      const std::string dir = published_entry(root, k);
+      const std::string path = dir + "/" + file;
+      if (std::string(kind) == "FIFO") {
+        REQUIRE(::unlink(path.c_str()) == 0);
+        REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+      } else {
+        // The link points at the entry's own file, moved aside: the content would pass every check.
+        const std::string moved = fs::path(root.path).parent_path().string() + "/moved-" + file;
+        fs::rename(path, moved);
+        fs::create_symlink(moved, path);
+      }
+      KernelCache cache(opts(root));
+      const auto listed = cache.list();
+      REQUIRE(listed.size() == 1);
+      CHECK_THAT(listed[0].problem, Contains(std::string(file) + " is a " + kind + ", not a regular file"));
+      CHECK_FALSE(cache.contains(k));  // reads, finds it damaged, quarantines it
+      CHECK(names_in(cache.schema_dir() + "/quarantine").size() == 1);
+      CHECK_FALSE(cache.get(k)->from_disk);
+      KernelCache again(opts(root));
+      CHECK(again.get(k)->from_disk);
+    }
   }
 }
 

@@ -275,6 +275,12 @@ TEST_CASE("validate and run: the same file rules, and run --output never overwri
   }
   r = moejit_test::run_cli({"run", "--layer", layer, "--input", input, "--output", layer});
   CHECK_THAT(r.out, Contains("is the same file as --layer"));
+  // An output path that exists and is not a regular file: writing a FIFO would block.
+  const std::string fifo = scratch("v-out.fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  r = moejit_test::run_cli({"run", "--layer", layer, "--input", input, "--output", fifo});
+  CHECK(r.rc == 2);
+  CHECK_THAT(r.out, Contains("--output " + fifo + ": it is a FIFO, not a regular file"));
   CHECK(fs::file_size(input) == input_before);
   CHECK_NOTHROW(read_input_file(input));
 
