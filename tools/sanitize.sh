@@ -10,21 +10,31 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SAN_BUILD_DIR=${SAN_BUILD_DIR:-${BUILD_DIR:-build}-san}
 CUDA_ROOT=${MOEJIT_CUDA_ROOT:-/usr/local/cuda}
-# clang++ with a working libFuzzer (Debian's clang pulls in its runtime; check rather than assume).
+# clang++ where it links sanitized programs, with libFuzzer where that links too; else g++ (which has
+# ASan and UBSan) and no fuzz targets. Checked by linking, since distributions split the runtimes into
+# separate packages.
+links() {  # links() FLAGS...: a one-line program links with clang++ and these flags
+  local dir
+  dir=$(mktemp -d)
+  echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' >"$dir/f.cpp"
+  [ "$1" = main ] && { shift; echo 'int main() { return 0; }' >>"$dir/f.cpp"; }
+  clang++ "$@" "$dir/f.cpp" -o "$dir/f" >/dev/null 2>&1
+  local rc=$?
+  rm -rf "$dir"
+  return $rc
+}
 CXX=g++
 FUZZ=OFF
-if command -v clang++ >/dev/null 2>&1; then
-  CXX=clang++
-  probe=$(mktemp -d)
-  echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' >"$probe/f.cpp"
-  if clang++ -fsanitize=fuzzer,address,undefined "$probe/f.cpp" -o "$probe/f" >/dev/null 2>&1; then
-    FUZZ=ON
-  else
-    echo "sanitize.sh: clang++ cannot link libFuzzer (install libclang-rt-dev for this clang); the fuzz targets are skipped" >&2
-  fi
-  rm -rf "$probe"
-else
+if ! command -v clang++ >/dev/null 2>&1; then
   echo "sanitize.sh: clang++ not found: building the sanitized CPU suite with g++; the fuzz targets are skipped" >&2
+elif links -fsanitize=fuzzer,address,undefined; then
+  CXX=clang++
+  FUZZ=ON
+elif links main -fsanitize=address,undefined; then
+  CXX=clang++
+  echo "sanitize.sh: clang++ cannot link libFuzzer (install libclang-rt-dev for this clang); the fuzz targets are skipped" >&2
+else
+  echo "sanitize.sh: clang++ cannot link sanitized programs; building with g++, the fuzz targets are skipped" >&2
 fi
 # -O1: sanitized code at -O0 makes the fp64 reference tests several times slower; at -O2 the build
 # takes longer than the tests. Asserts stay on (NDEBUG unset).
