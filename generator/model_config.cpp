@@ -154,7 +154,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   json j;
   try {
     j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number no double holds (2.2e2222): both are the file's fault.
     throw Error(fmt::format("{}: not valid JSON: {}", origin, e.what()));
   }
   if (!j.is_object()) throw Error(fmt::format("{}: a model config must be a JSON object", origin));

@@ -101,6 +101,15 @@ TEST_CASE("json nesting: a deeply nested model config or safetensors header is a
   CHECK_THROWS_WITH(load_model_config(cfg), Contains(cfg) && Contains("deeper than 64"));
 }
 
+TEST_CASE("a number no double holds in a model config is a moejit::Error (found by fuzz_model_config)",
+          "[reliability][json]") {
+  // nlohmann reports it as out_of_range, not parse_error; the reader used to let it escape as a
+  // foreign exception type.
+  CHECK_THROWS_AS(parse_model_config("2.2e2222", "overflow.json"), Error);
+  CHECK_THROWS_WITH(parse_model_config(R"({"name": "x", "swiglu_alpha": 1e999})", "overflow.json"),
+                    Contains("overflow.json: not valid JSON") && Contains("number overflow"));
+}
+
 TEST_CASE("files that are not regular files (FIFO, directory) are refused without blocking", "[reliability][fifo]") {
   Watchdog watchdog(60);
   const std::string fifo = scratch("layer.fifo");
