@@ -240,7 +240,8 @@ void run_worker(int id, const Options& o, Runtime& rt, const PreparedLayer& laye
       if (!ok) totals.fail(fmt::format("{}: rel_l2 {:.3e}, nonfinite {}", what, ag.rel_l2, ag.nonfinite));
       // Graph replay equals eager execution bit for bit (DESIGN §8).
       if (use_graph && graph != w.graphs.end()) {
-        w.out.fill_bytes(0xFF);
+        w.out.fill_bytes(0xFF);  // on the legacy stream, asynchronous to the host: wait for it
+        check(driver().cuStreamSynchronize(nullptr), "cuStreamSynchronize(legacy stream)");
         rt.forward(layer, w.args(tokens));
         check(driver().cuStreamSynchronize(w.stream.get()), "cuStreamSynchronize");
         if (w.out.to_vector<uint16_t>(got.size()) != got) totals.fail(what + ": graph replay and eager forward differ");
