@@ -2,11 +2,11 @@
 // racecheck, synccheck and initcheck): prepare a layer, run a few forwards of the family, check the
 // output against the fp64 CPU reference at the small shape, and exit.
 //
-//   gpu_sanitize_cases --family decode|cooperative|pipe|batch|wgmma --shape small|real
+//   gpu_sanitize_cases --family decode|cooperative|batch|wgmma --shape small|real
 //
 // decode: the default decode launches (route kernel or inline routing, FC1, FC2/FC2-sum); cooperative:
-// MOEJIT_DECODE_LAUNCH=cooperative (one launch with a grid barrier); pipe: MOEJIT_DECODE_PIPE=on (FC1 and
-// FC2 in one co-resident launch); batch: the batch family below the warpgroup-MMA cutover; wgmma: the
+// MOEJIT_DECODE_LAUNCH=cooperative (one launch with a grid barrier, read by the Runtime's constructor);
+// batch: the batch family below the warpgroup-MMA cutover; wgmma: the
 // batch family at enough pairs per expert for warpgroup MMA (sm_90a). Every case also runs the
 // weight-repack (prepare) kernel and, where the plan has it, the route kernel. small: 3 experts, H 96,
 // I 160 (tails in every tile); real: gpt-oss-120b's layer (random FP4 codes; no reference check there,
@@ -58,13 +58,9 @@ Case case_for(const std::string& family, bool real) {
     ::setenv("MOEJIT_DECODE_LAUNCH", "cooperative", 1);
     return {Family::decode, {1, 9}};
   }
-  if (family == "pipe") {
-    ::setenv("MOEJIT_DECODE_PIPE", "on", 1);
-    return {Family::decode, {1, 4}};
-  }
   if (family == "batch") return {Family::batch, {real ? 64 : 5, real ? 200 : 17}};
   if (family == "wgmma") return {Family::batch, {real ? 512 : 64}};
-  throw Error(fmt::format("--family {}: expected decode, cooperative, pipe, batch or wgmma", family));
+  throw Error(fmt::format("--family {}: expected decode, cooperative, batch or wgmma", family));
 }
 
 int run(const std::string& family, const std::string& shape) {
@@ -126,7 +122,7 @@ int main(int argc, char** argv) {
     else if (a == "--shape") shape = argv[i + 1];
   }
   if (family.empty() || shape.empty()) {
-    std::fprintf(stderr, "usage: gpu_sanitize_cases --family decode|cooperative|pipe|batch|wgmma --shape small|real\n");
+    std::fprintf(stderr, "usage: gpu_sanitize_cases --family decode|cooperative|batch|wgmma --shape small|real\n");
     return 2;
   }
   try {
