@@ -3,9 +3,11 @@
 // untrusted) and never throws, crashes or hangs. The expected hash is taken from the manifest's own
 // "hash" field when it looks like one, so mutations of a valid seed get past the first checks.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -32,16 +34,26 @@ void write_file(const std::string& path, const void* data, size_t size) {
 }
 
 // A private entry directory for this process, with a small ELF-looking cubin. In /dev/shm where there is
-// one: rewriting a file on a disk-backed /tmp costs milliseconds per run, on tmpfs microseconds.
+// one: rewriting a file on a disk-backed /tmp costs milliseconds per run, on tmpfs microseconds. libFuzzer
+// may end with _Exit (no cleanup runs), so the directory is named after the process and a start removes
+// those of processes that are gone.
 const std::string& entry_dir() {
   static const std::string dir = [] {
     const char* tmp = std::getenv("TMPDIR");
     const std::string base = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (tmp && *tmp ? tmp : "/tmp");
-    std::string t = base + "/moejit-fuzz-entry-XXXXXX";
-    if (!::mkdtemp(t.data())) std::abort();
+    const std::string prefix = "moejit-fuzz-entry-";
+    for (const std::string& name : moejit::detail::dir_names_nofollow(base)) {
+      if (name.rfind(prefix, 0) != 0) continue;
+      const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+      if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+        moejit::detail::remove_tree(base + "/" + name);
+    }
+    const std::string t = base + "/" + prefix + std::to_string(::getpid());
+    moejit::detail::remove_tree(t);
+    if (::mkdir(t.c_str(), 0700) != 0) std::abort();
     const std::string cubin = "\x7f" "ELF fuzz cubin";
     write_file(t + "/kernel.cubin", cubin.data(), cubin.size());
-    std::atexit([] { moejit::detail::remove_tree(entry_dir()); });  // libFuzzer ends with exit()
+    std::atexit([] { moejit::detail::remove_tree(entry_dir()); });
     return t;
   }();
   return dir;
