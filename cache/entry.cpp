@@ -13,10 +13,11 @@
 
 #include <fmt/format.h>
 
-#include "cache/fs.hpp"
+#include "core/fs.hpp"
 #include "core/sha256.hpp"
 #include "moejit/error.hpp"
 #include "moejit/kernel_cache.hpp"
+#include "reference/json_limits.hpp"
 
 namespace moejit::detail {
 namespace {
@@ -170,6 +171,10 @@ EntryRead read_entry(const std::string& dir, const std::string& expected_hash, c
   }
   if (auto why = untrusted_reason(st); !why.empty())
     return fail(std::move(r), EntryStatus::untrusted, fmt::format("manifest.json is {}", why));
+  // Depth first: a manifest of "[[[[..." must be set aside like any other damage, not overflow the stack
+  // of whatever touches the parsed value (json_limits.hpp).
+  if (auto why = json_depth_problem(std::string_view(text.data(), text.size())); !why.empty())
+    return fail(std::move(r), EntryStatus::damaged, "manifest.json " + why);
   r.manifest = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (r.manifest.is_discarded()) {
     r.manifest = json();

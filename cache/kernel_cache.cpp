@@ -26,7 +26,7 @@
 #include <fmt/format.h>
 
 #include "cache/entry.hpp"
-#include "cache/fs.hpp"
+#include "core/fs.hpp"
 #include "moejit/compiler.hpp"
 #include "moejit/error.hpp"
 #include "moejit/kernel_cache.hpp"
@@ -108,7 +108,8 @@ void warn(const std::string& message, bool quiet) {
   if (!quiet) std::fprintf(stderr, "moejit: warning: %s\n", message.c_str());
 }
 
-// Names in a directory, excluding "." and ".."; empty when it cannot be read.
+// Names in a directory, excluding "." and ".."; empty when it cannot be read. Follows a symlink as reads
+// do (list and verify see what get() would read); gc and clear list with detail::dir_names_nofollow.
 std::vector<std::string> dir_names(const std::string& path) {
   std::vector<std::string> names;
   if (DIR* d = ::opendir(path.c_str())) {
@@ -155,8 +156,9 @@ struct KernelCache::State {
 
   // The directories above an entry must be private too, or whoever can write them can swap entries.
   // Returns "" when usable; the reason otherwise. Missing directories are fine (nothing to trust yet).
-  std::string untrusted_dirs(Arch arch) const {
-    for (const std::string& d : {root, schema_dir, arch_dir(arch), schema_dir + "/tmp"}) {
+  // Reads, writes and `verify` all decide through this one function, so they agree on what is refused.
+  static std::string chain_problem(const std::vector<std::string>& dirs) {
+    for (const std::string& d : dirs) {
       struct stat st;
       if (::stat(d.c_str(), &st) != 0) {
         if (errno == ENOENT) continue;
@@ -166,6 +168,33 @@ struct KernelCache::State {
       if (auto why = detail::untrusted_reason(st); !why.empty()) return fmt::format("{} is {}", d, why);
     }
     return {};
+  }
+  // The directories every entry depends on (root, schema, tmp), then one architecture's.
+  std::string shared_dirs_problem() const { return chain_problem({root, schema_dir, schema_dir + "/tmp"}); }
+  std::string untrusted_dirs(const std::string& adir) const {
+    if (auto why = shared_dirs_problem(); !why.empty()) return why;
+    return chain_problem({adir});
+  }
+
+  // Before gc and clear delete anything below the root: the same trust as reads and writes, and no
+  // symlink followed (a link in the cache pointing elsewhere must not make clear empty its target).
+  // The root itself may be a link (a cache moved to another volume); everything under it may not.
+  static std::string maintained_dir_problem(const std::string& d) {
+    struct stat st;
+    if (::lstat(d.c_str(), &st) != 0) return errno == ENOENT ? std::string() : fmt::format("cannot stat {}: {}", d, std::strerror(errno));
+    if (S_ISLNK(st.st_mode)) return fmt::format("{} is a symbolic link (cache maintenance never follows links)", d);
+    if (!S_ISDIR(st.st_mode)) return fmt::format("{} is not a directory", d);
+    if (auto why = detail::untrusted_reason(st); !why.empty()) return fmt::format("{} is {}", d, why);
+    return {};
+  }
+  // gc and clear refuse to start where reads and writes refuse the cache.
+  void check_maintainable(const char* action) const {
+    std::string why = chain_problem({root});
+    for (const std::string& d : {schema_dir, schema_dir + "/tmp"})
+      if (why.empty()) why = maintained_dir_problem(d);
+    if (!why.empty())
+      throw Error(fmt::format("kernel cache {}: {} removes nothing: {} (reads and writes refuse this cache too)", root,
+                              action, why));
   }
 
   // Moves the object read as `r` at path into <schema>/quarantine/<name>-<timestamp>. Only that object:
@@ -199,7 +228,7 @@ struct KernelCache::State {
     try {
       detail::make_private_dirs(schema_dir + "/tmp");
       detail::make_private_dirs(arch_dir(arch));
-      if (auto why = untrusted_dirs(arch); !why.empty()) {
+      if (auto why = untrusted_dirs(arch_dir(arch)); !why.empty()) {
         degrade(why);
         return;
       }
@@ -241,7 +270,7 @@ struct KernelCache::State {
     std::string rejected;
 
     if (!root.empty()) {
-      if (auto why = untrusted_dirs(k.arch); !why.empty()) {
+      if (auto why = untrusted_dirs(arch_dir(k.arch)); !why.empty()) {
         degrade(why);  // never read from (or write to) directories other users control
         rejected = fmt::format("the cache directories cannot be used ({}), so no entry is read from them", why);
       } else {
@@ -320,13 +349,8 @@ struct KernelCache::State {
       const std::string adir = schema_dir + "/" + arch;
       struct stat st;
       if (::stat(adir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
-      std::string chain;
-      for (const std::string& d : {root, schema_dir, adir}) {
-        struct stat ds;
-        if (::stat(d.c_str(), &ds) == 0 && chain.empty()) {
-          if (auto why = detail::untrusted_reason(ds); !why.empty()) chain = fmt::format("{} is {}", d, why);
-        }
-      }
+      // Exactly what resolve() checks before it reads an entry: where it would refuse, so does this.
+      const std::string chain = untrusted_dirs(adir);
       for (const auto& name : dir_names(adir)) {
         Scanned s;
         s.name = name;
@@ -450,13 +474,19 @@ std::vector<CacheEntryInfo> KernelCache::verify() {
 int KernelCache::clear() {
   int removed = 0;
   if (state_->root.empty()) return 0;
+  state_->check_maintainable("clear");
   const std::string& sd = state_->schema_dir;
-  for (const auto& arch : dir_names(sd)) {
+  for (const auto& arch : detail::dir_names_nofollow(sd)) {
     if (is_special_dir(arch)) continue;
     const std::string adir = sd + "/" + arch;
-    for (const auto& name : dir_names(adir)) {
+    if (auto why = State::maintained_dir_problem(adir); !why.empty()) {
+      warn(fmt::format("cache clear: skipping {}: {}", adir, why), state_->options.quiet);
+      continue;
+    }
+    for (const auto& name : detail::dir_names_nofollow(adir)) {
       const std::string path = adir + "/" + name;
-      // Rename first so readers see a whole entry or none, then delete at leisure.
+      // Rename first so readers see a whole entry or none, then delete at leisure (a symlinked entry
+      // moves as the link; remove_tree unlinks it without touching its target).
       std::string trash = fmt::format("{}/tmp/clear-{}-{}-{}", sd, name, ::getpid(), detail::utc_stamp(true));
       bool moved = false;
       try {
@@ -474,12 +504,17 @@ int KernelCache::gc() {
   int removed = 0;
   const std::string& root = state_->root;
   if (root.empty()) return 0;
+  state_->check_maintainable("gc");
   const std::string& sd = state_->schema_dir;
-  for (const auto& name : dir_names(sd + "/quarantine")) {
-    if (detail::remove_tree(sd + "/quarantine/" + name)) ++removed;
+  const std::string quarantine = sd + "/quarantine";
+  if (auto why = State::maintained_dir_problem(quarantine); !why.empty()) {
+    warn(fmt::format("cache gc: skipping {}: {}", quarantine, why), state_->options.quiet);
+  } else {
+    for (const auto& name : detail::dir_names_nofollow(quarantine))
+      if (detail::remove_tree(quarantine + "/" + name)) ++removed;
   }
   const auto cutoff = std::chrono::system_clock::now() - kTempMaxAge;
-  for (const auto& name : dir_names(sd + "/tmp")) {
+  for (const auto& name : detail::dir_names_nofollow(sd + "/tmp")) {
     const std::string path = sd + "/tmp/" + name;
     struct stat st;
     if (::lstat(path.c_str(), &st) != 0) continue;
@@ -487,17 +522,40 @@ int KernelCache::gc() {
     if (mtime < cutoff && detail::remove_tree(path)) ++removed;
   }
   // Directories of older cache schemas (v0, ...): unreadable by this build, so dead weight. Newer
-  // schemas are left alone: a newer moejit may share this root.
-  for (const auto& name : dir_names(root)) {
+  // schemas are left alone: a newer moejit may share this root. Links and directories of other users
+  // are left alone too.
+  for (const auto& name : detail::dir_names_nofollow(root)) {
     if (name.size() < 2 || name.size() > 9 || name[0] != 'v') continue;
     if (name.find_first_not_of("0123456789", 1) != std::string::npos) continue;
     if (std::stoi(name.substr(1)) >= kCacheSchemaVersion) continue;
-    struct stat st;
     const std::string path = root + "/" + name;
-    if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    if (auto why = State::maintained_dir_problem(path); !why.empty()) {
+      warn(fmt::format("cache gc: skipping {}: {}", path, why), state_->options.quiet);
+      continue;
+    }
     if (detail::remove_tree(path)) ++removed;
   }
   return removed;
+}
+
+std::string KernelCache::refused_reason() const {
+  if (state_->root.empty()) return "no cache directory: set MOEJIT_CACHE_DIR, XDG_CACHE_HOME or HOME";
+  return state_->shared_dirs_problem();
+}
+
+std::string KernelCache::check_writable() {
+  if (state_->root.empty()) return "no cache directory: set MOEJIT_CACHE_DIR, XDG_CACHE_HOME or HOME";
+  try {
+    detail::make_private_dirs(state_->schema_dir + "/tmp");
+    if (auto why = state_->shared_dirs_problem(); !why.empty()) return why;
+    // A real write: permissions, read-only mounts and root's exemption from both are all settled by it.
+    std::string probe = fmt::format("{}/tmp/probe.{}.XXXXXX", state_->schema_dir, ::getpid());
+    if (!::mkdtemp(probe.data())) throw FsError("cannot create a directory in " + state_->schema_dir + "/tmp", errno);
+    detail::remove_tree(probe);
+  } catch (const FsError& e) {
+    return e.what();
+  }
+  return {};
 }
 
 }  // namespace moejit

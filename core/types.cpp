@@ -5,6 +5,8 @@
 // instead of silently falling back to a default.
 #include <array>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -53,6 +55,34 @@ E parse_name(const NameTable<E, N>& table, std::string_view s, std::string_view 
     msg += table[i].second;
   }
   throw Error(msg + ")");
+}
+
+// Upper bounds on the geometry, checked once here so that every consumer (plan, prewarm, prepare, the
+// kernels) sees sizes whose products fit the 32-bit integers kernels index with: one expert's FC1 matrix
+// (fc1_rows x H elements) below 2^31, global expert ids in int32, and an expert count whose route table
+// ([warps][experts] int32 counts) fits in shared memory with 13 warps. Real models sit far inside them
+// (E <= 512, H <= 8192, I <= 29568 per shard, K <= 10).
+constexpr int kMaxExperts = 4096;
+constexpr int kMaxHidden = 65536;
+constexpr int kMaxIntermediate = 65536;
+constexpr int kMaxTopK = 256;
+constexpr long long kMaxExpertMatrixElements = (1LL << 31) - 1;
+
+void check_geometry_bounds(const LayerSpec& s) {
+  auto at_most = [](const char* field, long long v, long long limit, const char* why) {
+    if (v > limit)
+      throw Error(std::string("layer spec: ") + field + " = " + std::to_string(v) + " exceeds " +
+                  std::to_string(limit) + " (" + why + ")");
+  };
+  at_most("experts", s.experts, kMaxExperts, "the route kernel's per-expert table must fit in shared memory");
+  at_most("hidden", s.hidden, kMaxHidden, "the largest hidden size moejit builds kernels for");
+  at_most("intermediate", s.intermediate, kMaxIntermediate, "the largest intermediate size moejit builds kernels for");
+  at_most("top_k", s.top_k, kMaxTopK, "the largest top-k moejit routes");
+  at_most("expert_begin + experts", static_cast<long long>(s.expert_begin) + s.experts,
+          std::numeric_limits<int32_t>::max(), "expert ids are int32");
+  const long long rows = is_gated(s.activation) ? 2LL * s.intermediate : s.intermediate;
+  at_most("FC1 rows x hidden (elements of one expert's FC1 matrix)", rows * s.hidden, kMaxExpertMatrixElements,
+          "kernels index one expert's matrix with 32-bit integers");
 }
 
 }  // namespace
@@ -119,6 +149,8 @@ void LayerSpec::validate() const {
   positive("top_k", top_k);
   if (expert_begin < 0)
     throw Error("layer spec: expert_begin must be >= 0 (got " + std::to_string(expert_begin) + ")");
+
+  check_geometry_bounds(*this);
 
   const int block = scale_block(format);
   auto multiple = [&](const char* field, int v) {

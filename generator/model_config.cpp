@@ -5,6 +5,9 @@
 // bundled config) and the field.
 #include "moejit/model_config.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -17,7 +20,9 @@
 #include <set>
 #include <sstream>
 
+#include "core/regular_file.hpp"
 #include "generator/embedded_files.hpp"
+#include "reference/json_limits.hpp"
 #include "moejit/error.hpp"
 
 namespace moejit {
@@ -104,13 +109,18 @@ struct Reader {
   }
 };
 
+// Model configs are a few hundred bytes; 1 MiB leaves room for comments in descriptions and refuses
+// a wrong path (a weights file, a device) before reading it whole.
+constexpr std::size_t kMaxConfigBytes = std::size_t(1) << 20;
+
 std::string read_text_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(fmt::format("model config '{}': cannot open the file for reading", path));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) throw Error(fmt::format("model config '{}': read error", path));
-  return ss.str();
+  try {
+    struct stat st;
+    const std::vector<char> text = detail::read_regular_file(AT_FDCWD, path, kMaxConfigBytes, /*follow_symlinks=*/true, &st);
+    return std::string(text.begin(), text.end());
+  } catch (const detail::FsError& e) {
+    throw Error(fmt::format("model config '{}': {}", path, e.what()));
+  }
 }
 
 }  // namespace
@@ -138,10 +148,14 @@ LayerSpec ModelConfig::local() const {
 }
 
 ModelConfig parse_model_config(const std::string& json_text, const std::string& origin) {
+  // Bounded nesting first: parsing is iterative, but what is done with the parsed value recurses.
+  if (auto why = detail::json_depth_problem(json_text); !why.empty())
+    throw Error(fmt::format("{}: not a usable model config: the JSON {}", origin, why));
   json j;
   try {
     j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number no double holds (2.2e2222): both are the file's fault.
     throw Error(fmt::format("{}: not valid JSON: {}", origin, e.what()));
   }
   if (!j.is_object()) throw Error(fmt::format("{}: a model config must be a JSON object", origin));
@@ -230,10 +244,9 @@ ModelConfig load_model_config(const std::string& path_or_name) {
   if (path_or_name.empty())
     throw Error(fmt::format("model config: empty name (bundled configs: {})", fmt::join(bundled_config_names(), ", ")));
   std::error_code ec;
-  if (std::filesystem::is_regular_file(path_or_name, ec))
-    return parse_model_config(read_text_file(path_or_name), path_or_name);
-  if (std::filesystem::exists(path_or_name, ec))
-    throw Error(fmt::format("model config '{}': not a regular file", path_or_name));
+  // Anything at that path is the config the user means; read_text_file refuses what is not a regular
+  // file (a FIFO, a directory) without opening it for blocking reads.
+  if (std::filesystem::exists(path_or_name, ec)) return parse_model_config(read_text_file(path_or_name), path_or_name);
   std::string want = path_or_name;
   if (want.size() < 5 || want.compare(want.size() - 5, 5, ".json") != 0) want += ".json";
   for (const auto& f : detail::embedded_configs())

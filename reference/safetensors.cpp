@@ -5,7 +5,13 @@
 // Files come from other programs (servers dumping layers, Python tools), so the reader trusts nothing:
 // every size and offset is checked before any byte is touched, with overflow-safe arithmetic, and
 // every failure is a moejit::Error that names the file (or buffer) and the offending tensor or field.
-// Gaps between tensors are accepted (some writers align tensors); overlaps are not.
+// The rules are those of the reference safetensors implementation: the header is at most 100,000,000
+// bytes (checked before it is read), and the tensors fill the data section exactly, back to back in
+// offset order: no gap, no overlap, no trailing bytes. A file that breaks them is refused, because a
+// header length a few bytes off would otherwise shift every tensor silently.
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -19,6 +25,8 @@
 
 #include "moejit/error.hpp"
 #include "moejit/safetensors.hpp"
+#include "core/regular_file.hpp"
+#include "reference/json_limits.hpp"
 
 static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian; this reader copies bytes as-is");
 
@@ -67,6 +75,20 @@ struct Header {
   std::map<std::string, std::string> metadata;
 };
 
+// The reference implementation's limit on the JSON header: a larger length field is a damaged or hostile
+// file, refused before the header is read (no gigabyte allocation for a file that only claims to be large).
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+// The header length n of a file (or buffer) of `size` bytes, checked against the cap and the size.
+void check_header_length(uint64_t n, uint64_t size, const std::string& what) {
+  if (n > kMaxHeaderBytes)
+    throw Error("safetensors " + what + ": header length " + std::to_string(n) + " exceeds the safetensors limit of " +
+                std::to_string(kMaxHeaderBytes) + " bytes");
+  if (n > size - 8)
+    throw Error("safetensors " + what + ": header length " + std::to_string(n) + " runs past the end (" +
+                std::to_string(size) + " bytes)");
+}
+
 uint64_t read_u64_le(const uint8_t* p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
@@ -76,6 +98,7 @@ uint64_t read_u64_le(const uint8_t* p) {
 // Parses and checks the JSON header against a data section of data_size bytes.
 Header parse_header(const char* text, size_t len, uint64_t data_size, const std::string& what) {
   auto fail = [&](const std::string& msg) -> void { throw Error("safetensors " + what + ": " + msg); };
+  if (auto why = detail::json_depth_problem(std::string_view(text, len)); !why.empty()) fail("header " + why);
   json h;
   try {
     h = json::parse(text, text + len);
@@ -129,14 +152,29 @@ Header parse_header(const char* text, size_t len, uint64_t data_size, const std:
     out.entries.push_back(std::move(e));
   }
 
-  // No two tensors may share a byte (empty tensors share none, wherever they point).
+  // The tensors fill the data section exactly: in offset order each starts where the previous one ended
+  // (an empty tensor too, as the reference implementation requires), and the last one ends at its end.
   std::vector<const Entry*> sorted;
-  for (const Entry& e : out.entries)
-    if (e.end > e.begin) sorted.push_back(&e);
-  std::sort(sorted.begin(), sorted.end(), [](const Entry* a, const Entry* b) { return a->begin < b->begin; });
-  for (size_t i = 1; i < sorted.size(); ++i)
-    if (sorted[i]->begin < sorted[i - 1]->end)
-      fail("tensors '" + sorted[i - 1]->name + "' and '" + sorted[i]->name + "' have overlapping data_offsets");
+  for (const Entry& e : out.entries) sorted.push_back(&e);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Entry* a, const Entry* b) { return a->begin != b->begin ? a->begin < b->begin : a->end < b->end; });
+  uint64_t filled = 0;
+  const Entry* previous = nullptr;
+  for (const Entry* e : sorted) {
+    if (e->begin < filled)
+      fail("tensors '" + previous->name + "' and '" + e->name + "' have overlapping data_offsets");
+    if (e->begin > filled)
+      fail("tensor '" + e->name + "' starts at byte " + std::to_string(e->begin) + " of the data section but " +
+           (previous ? "tensor '" + previous->name + "' ends at byte " + std::to_string(filled)
+                     : std::string("no tensor starts at byte 0")) +
+           ": the tensors must fill the data section without gaps");
+    filled = e->end;
+    previous = e;
+  }
+  if (filled != data_size)
+    fail("the tensors end at byte " + std::to_string(filled) + " but the data section has " + std::to_string(data_size) +
+         " bytes: the tensors must fill it exactly, with no trailing bytes (is the header length " +
+         "at the start of the file right?)");
   return out;
 }
 
@@ -171,9 +209,7 @@ SafetensorsFile parse_safetensors(const std::vector<uint8_t>& bytes, const std::
   if (bytes.size() < 8)
     throw Error("safetensors " + what + ": " + std::to_string(bytes.size()) + " bytes is shorter than the 8-byte header length");
   const uint64_t n = read_u64_le(bytes.data());
-  if (n > bytes.size() - 8)
-    throw Error("safetensors " + what + ": header length " + std::to_string(n) + " runs past the end (" +
-                std::to_string(bytes.size()) + " bytes)");
+  check_header_length(n, bytes.size(), what);
   const Header h = parse_header(reinterpret_cast<const char*>(bytes.data()) + 8, n, bytes.size() - 8 - n, what);
   SafetensorsFile f;
   f.metadata = h.metadata;
@@ -190,79 +226,84 @@ SafetensorsFile parse_safetensors(const std::vector<uint8_t>& bytes, const std::
 
 namespace {
 
-// Opens path and reads and checks its header; `in` is left open for reading tensor data.
+// A file opened without blocking (it must be a regular file: a FIFO named as a layer is an error, not a
+// hang), its header length checked against the cap and the size before the header is read.
 struct OpenedFile {
-  std::ifstream in;
+  detail::Fd fd;
   uint64_t header_bytes = 0;  // N
   Header header;
 };
 
-void open_safetensors(const std::string& path, OpenedFile& f) {
-  f.in.open(path, std::ios::binary | std::ios::ate);
-  std::ifstream& in = f.in;
-  if (!in) throw Error("safetensors " + path + ": cannot open file");
-  const uint64_t size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
-  if (size < 8) throw Error("safetensors " + path + ": " + std::to_string(size) + " bytes is shorter than the 8-byte header length");
+OpenedFile open_safetensors(const std::string& path) {
+  OpenedFile f;
+  struct stat st;
+  f.fd = detail::open_regular_file(AT_FDCWD, path, /*follow_symlinks=*/true, &st);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size < 8)
+    throw Error("safetensors " + path + ": " + std::to_string(size) + " bytes is shorter than the 8-byte header length");
   uint8_t len[8];
-  in.read(reinterpret_cast<char*>(len), 8);
+  detail::read_exact_at(f.fd.get(), 0, len, 8, path);
   const uint64_t n = read_u64_le(len);
-  if (!in || n > size - 8)
-    throw Error("safetensors " + path + ": header length " + std::to_string(n) + " runs past the end (" +
-                std::to_string(size) + " bytes)");
+  check_header_length(n, size, path);
   std::string text(n, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(n));
-  if (!in) throw Error("safetensors " + path + ": cannot read the header");
+  detail::read_exact_at(f.fd.get(), 8, text.data(), text.size(), path);
   f.header_bytes = n;
   f.header = parse_header(text.data(), text.size(), size - 8 - n, path);
+  return f;
 }
 
-void read_range(std::ifstream& in, const std::string& path, const std::string& name, uint64_t at, uint8_t* dst,
-                uint64_t bytes) {
-  in.clear();
-  in.seekg(static_cast<std::streamoff>(at));
-  in.read(reinterpret_cast<char*>(dst), static_cast<std::streamsize>(bytes));
-  if (!in) throw Error("safetensors " + path + ": cannot read tensor '" + name + "'");
+// Runs body, reporting the file system's errors as moejit::Error naming the file.
+template <class Body>
+auto with_file_errors(const std::string& path, Body body) {
+  try {
+    return body();
+  } catch (const detail::FsError& e) {
+    throw Error("safetensors " + path + ": " + e.what());
+  }
 }
 
 }  // namespace
 
 SafetensorsFile read_safetensors(const std::string& path) {
   // Read the header, then each tensor straight into its own buffer: a 1.5 GB layer is not held twice.
-  OpenedFile o;
-  open_safetensors(path, o);
-  SafetensorsFile f;
-  f.metadata = o.header.metadata;
-  for (const Entry& e : o.header.entries) {
-    Tensor t;
-    t.dtype = e.dtype;
-    t.shape = e.shape;
-    t.data.resize(e.end - e.begin);
-    read_range(o.in, path, e.name, 8 + o.header_bytes + e.begin, t.data.data(), t.data.size());
-    f.tensors.emplace(e.name, std::move(t));
-  }
-  return f;
+  return with_file_errors(path, [&] {
+    const OpenedFile o = open_safetensors(path);
+    SafetensorsFile f;
+    f.metadata = o.header.metadata;
+    for (const Entry& e : o.header.entries) {
+      Tensor t;
+      t.dtype = e.dtype;
+      t.shape = e.shape;
+      t.data.resize(e.end - e.begin);
+      detail::read_exact_at(o.fd.get(), 8 + o.header_bytes + e.begin, t.data.data(), t.data.size(), path);
+      f.tensors.emplace(e.name, std::move(t));
+    }
+    return f;
+  });
 }
 
 SafetensorsHeader read_safetensors_header(const std::string& path) {
-  OpenedFile o;
-  open_safetensors(path, o);
-  SafetensorsHeader h;
-  h.path = path;
-  h.metadata = o.header.metadata;
-  for (const Entry& e : o.header.entries)
-    h.tensors.emplace(e.name, TensorInfo{e.dtype, e.shape, 8 + o.header_bytes + e.begin, e.end - e.begin});
-  return h;
+  return with_file_errors(path, [&] {
+    const OpenedFile o = open_safetensors(path);
+    SafetensorsHeader h;
+    h.path = path;
+    h.metadata = o.header.metadata;
+    for (const Entry& e : o.header.entries)
+      h.tensors.emplace(e.name, TensorInfo{e.dtype, e.shape, 8 + o.header_bytes + e.begin, e.end - e.begin});
+    return h;
+  });
 }
 
 std::vector<uint8_t> read_tensor_data(const SafetensorsHeader& header, const std::string& name) {
   auto it = header.tensors.find(name);
   if (it == header.tensors.end()) throw Error("safetensors " + header.path + ": tensor '" + name + "' is missing");
-  std::ifstream in(header.path, std::ios::binary);
-  if (!in) throw Error("safetensors " + header.path + ": cannot open file");
-  std::vector<uint8_t> data(it->second.bytes);
-  read_range(in, header.path, name, it->second.file_offset, data.data(), data.size());
-  return data;
+  return with_file_errors(header.path, [&] {
+    struct stat st;
+    const detail::Fd fd = detail::open_regular_file(AT_FDCWD, header.path, /*follow_symlinks=*/true, &st);
+    std::vector<uint8_t> data(it->second.bytes);
+    detail::read_exact_at(fd.get(), it->second.file_offset, data.data(), data.size(), header.path);
+    return data;
+  });
 }
 
 std::vector<uint8_t> serialize_safetensors(const SafetensorsFile& file) {

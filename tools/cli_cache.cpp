@@ -61,9 +61,11 @@ int cmd_cache(int argc, char** argv) {
       "look after the on-disk kernel cache",
       "  ls      list every entry of this cache schema (architecture, key, cubin size, registers, spills)\n"
       "  verify  check every entry's manifest, size and checksum; damaged entries are moved to quarantine\n"
-      "          (and rebuilt on next use); exits 1 when any was damaged\n"
+      "          (and rebuilt on next use); exits 1 when any was damaged or untrusted, or when the runtime\n"
+      "          refuses the whole cache (a directory above the entries that others can write, or not a directory)\n"
       "  gc      remove quarantined entries, stale temporary directories and old cache schemas\n"
       "  clear   remove every entry of this cache schema\n"
+      "          (gc and clear never follow symlinks and refuse a cache that reads and writes refuse)\n"
       "  path    print the cache root and the schema directory\n"
       "The root is $MOEJIT_CACHE_DIR, else $XDG_CACHE_HOME/moejit, else ~/.cache/moejit.",
       {},
@@ -102,6 +104,11 @@ int cmd_cache(int argc, char** argv) {
     return kExitOk;
   }
   if (action == "verify") {
+    // The runtime's own verdict first: where it refuses the whole cache, no entry is valid to it.
+    const std::string refused = cache.refused_reason();
+    if (!refused.empty())
+      fmt::print("refused  {}: {}; the runtime reads nothing from and writes nothing to this cache\n", cache.root(),
+                 refused);
     const auto entries = cache.verify();
     int damaged = 0, untrusted = 0;
     for (const auto& e : entries) {
@@ -121,7 +128,7 @@ int cmd_cache(int argc, char** argv) {
     fmt::print("verified {} entr{} in {}: {} valid, {} damaged, {} untrusted\n", entries.size(),
                entries.size() == 1 ? "y" : "ies", cache.schema_dir(), entries.size() - static_cast<size_t>(bad), damaged,
                untrusted);
-    return bad ? kExitFailed : kExitOk;
+    return bad || !refused.empty() ? kExitFailed : kExitOk;
   }
   if (action == "gc") {
     const int n = cache.gc();

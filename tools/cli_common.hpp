@@ -151,6 +151,26 @@ void print_plan_table(const LayerSpec& spec, Arch arch, int sm_count, const std:
 // One line per architecture (entries, bytes) and the cache root.
 void print_cache_summary(KernelCache& cache);
 
+// ---- run and validate: layer, input and output files ----------------------------------------------
+
+struct RunFiles {
+  HostLayer layer;
+  std::optional<HostInputs> inputs;  // when an input path was given
+};
+// Reads the files of `moejit run` with run's rules (`validate` calls the same function): the layer file,
+// the input file when input_path is not empty (its H and top_k must match the layer's), and when
+// output_path is not empty, that the output is not one of those files (same device and inode) and is a
+// regular file if it exists. Throws moejit::Error naming the option and the rule.
+RunFiles read_run_files(const std::string& layer_path, const std::string& input_path, const std::string& output_path);
+// Throws moejit::Error when the input's H or top_k is not the layer's.
+void check_inputs_match(const LayerSpec& spec, const HostInputs& in, const std::string& layer_path,
+                        const std::string& input_path);
+// Throws moejit::Error when the output exists and is not a regular file, or is one of the files read
+// ((option, path) pairs; compared by device and inode).
+void check_run_output(const std::string& output, const std::vector<std::pair<std::string, std::string>>& inputs);
+// Throws moejit::Error listing every field where the layer differs from the config's local slice.
+void check_layer_matches_config(const LayerSpec& layer, const ModelConfig& cfg, const std::string& layer_path);
+
 // ---- layers and benchmark -----------------------------------------------------------------------
 
 
@@ -213,6 +233,7 @@ int cmd_run(int argc, char** argv);
 int cmd_compress(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_demo(int argc, char** argv);
+int cmd_validate(int argc, char** argv);
 
 // "moejit <name>" for messages.
 std::string prog(const std::string& command);

@@ -283,7 +283,8 @@ int cmd_prewarm(int argc, char** argv) {
       "the architecture's weight-repack kernel, into the on-disk cache ($MOEJIT_CACHE_DIR, else\n"
       "$XDG_CACHE_HOME/moejit, else ~/.cache/moejit), in parallel worker processes. Kernels already cached are\n"
       "verified and kept. Works without a GPU when --arch is given; without --arch the GPU's architecture is used.\n"
-      "Exits 1 if any kernel fails to compile or the cache cannot be written.",
+      "Exits 1 if any kernel fails to compile or the cache could not be written; 2, before compiling anything,\n"
+      "when the cache root cannot be written at all (missing volume behind a symlink, read-only, untrusted).",
       {{"config", "NAME|PATH", "bundled config name or JSON file (default: " + default_config_name() + ")"},
        {"arch", "ARCH", "sm_90a, sm_100a, sm_120a or sm_121a (default: the GPU's; required without a GPU)"},
        {"max-tokens", "N", "largest token count M to cover (default 64)"},
@@ -312,6 +313,13 @@ int cmd_prewarm(int argc, char** argv) {
     fmt::print(stderr, "moejit prewarm: note: ignoring MOEJIT_NO_JIT={} (prewarm compiles what is missing)\n",
                std::getenv("MOEJIT_NO_JIT"));
     ::unsetenv("MOEJIT_NO_JIT");
+  }
+  {
+    // Prewarm exists to fill the cache: one it cannot write (a root that is a dangling symlink to an
+    // unmounted volume, a file, read-only, untrusted) is an error up front, not kernels compiled for nothing.
+    KernelCache probe;
+    if (auto why = probe.check_writable(); !why.empty())
+      throw Error(fmt::format("the kernel cache at {} cannot be written: {}", probe.root().empty() ? "<none>" : probe.root(), why));
   }
   fmt::print("prewarm {} ({}) for {}, M 1..{}: {} kernels, cache {}\n", cfg.name, describe_spec(local),
              note.empty() ? std::string(to_string(arch)) : note, max_tokens, keys.size(), KernelCache::resolve_root(""));

@@ -42,20 +42,6 @@ std::vector<uint16_t> forward_once(Runtime& rt, const PreparedLayer& layer, cons
   return out;
 }
 
-namespace {
-
-void check_inputs_match(const LayerSpec& spec, const HostInputs& in, const std::string& layer_path,
-                        const std::string& input_path) {
-  if (in.hidden != spec.hidden)
-    throw Error(fmt::format("--input {}: x has hidden size {} but the layer in {} has H = {}", input_path, in.hidden,
-                            layer_path, spec.hidden));
-  if (in.top_k != spec.top_k)
-    throw Error(fmt::format("--input {}: topk_ids has {} columns but the layer in {} has top_k = {}", input_path,
-                            in.top_k, layer_path, spec.top_k));
-}
-
-}  // namespace
-
 int cmd_run(int argc, char** argv) {
   static const CommandSpec spec = with_checkpoint_options(
       CommandSpec{
@@ -71,7 +57,8 @@ int cmd_run(int argc, char** argv) {
               "--check also computes the fp64 CPU reference (DESIGN §1) and prints rel_l2 = ||gpu - ref|| / ||ref||,\n"
               "cosine and max_abs, where ref is the unrounded fp64 output. The check passes when rel_l2 <= {:g} and\n"
               "every output is finite (the final bf16 rounding alone gives rel_l2 ~ 1e-3); otherwise run exits 1.\n"
-              "Needs a GPU.",
+              "The output may not be one of the input files. Needs a GPU (`moejit validate` checks layer and input\n"
+              "files without one).",
               kCheckRelL2),
           {{"layer", "PATH|N", "layer file (.safetensors), or with --checkpoint the MoE layer index"},
            {"input", "PATH", "input file (.safetensors)"},
@@ -108,39 +95,40 @@ int cmd_run(int argc, char** argv) {
   std::string why;
   if (!gpu_available(&why))
     throw Error(fmt::format("no usable GPU ({}); run executes kernels and needs a CUDA device "
-                            "(plan, inspect and prewarm --arch work without one)",
+                            "(plan, inspect, prewarm --arch and validate work without one)",
                             why));
 
   const std::string input_path = args.str("input"), output_path = args.str("output");
   std::string layer_path = args.str("layer");
   HostLayer layer;
+  HostInputs in;
   if (checkpoint) {
     const std::string dir = args.str("checkpoint");
+    if (!output_path.empty()) check_run_output(output_path, {{"--input", input_path}});
     try {
       layer = load_checkpoint_layer(dir, layer_index, slice_from_args(args));
     } catch (const Error& e) {
       throw Error(fmt::format("--checkpoint {}: {}", dir, e.what()));
     }
     layer_path = fmt::format("{} layer {}", dir, layer_index);
-  } else {
-    try {
-      layer = read_layer_file(layer_path);
-    } catch (const Error& e) {
-      throw Error(fmt::format("--layer {}: {}", layer_path, e.what()));
+    if (input_path.empty()) {
+      in = make_random_inputs(layer.spec, args.integer("tokens", 4, 0, kMaxTokens),
+                              static_cast<uint64_t>(args.integer("seed", 1, 0)));
+    } else {
+      try {
+        in = read_input_file(input_path);
+      } catch (const Error& e) {
+        throw Error(fmt::format("--input {}: {}", input_path, e.what()));
+      }
+      check_inputs_match(layer.spec, in, layer_path, input_path);
     }
-  }
-  HostInputs in;
-  if (input_path.empty()) {
-    in = make_random_inputs(layer.spec, args.integer("tokens", 4, 0, kMaxTokens),
-                            static_cast<uint64_t>(args.integer("seed", 1, 0)));
   } else {
-    try {
-      in = read_input_file(input_path);
-    } catch (const Error& e) {
-      throw Error(fmt::format("--input {}: {}", input_path, e.what()));
-    }
+    // The files by run's rules, which `moejit validate` applies without a GPU.
+    if (input_path.empty()) throw UsageError("--input is required with a layer file (--layer PATH)");
+    RunFiles files = read_run_files(layer_path, input_path, output_path);
+    layer = std::move(files.layer);
+    in = std::move(*files.inputs);
   }
-  check_inputs_match(layer.spec, in, layer_path, input_path);
 
   Runtime rt;
   const auto t0 = std::chrono::steady_clock::now();

@@ -34,6 +34,7 @@ const Command kCommands[] = {
     {"plan", "show which kernel family and kernels the planner picks for each token count", cmd_plan},
     {"run", "run one layer from safetensors files; --check compares with the CPU reference", cmd_run},
     {"compress", "turn a layer file's scale planes into the compressed scale format (docs/CSF.md)", cmd_compress},
+    {"validate", "check layer and input files with run's rules (no GPU needed)", cmd_validate},
     {"bench", "time layers inside CUDA graphs with cold L2 next to the measured copy bandwidth", cmd_bench},
     {"demo", "prewarm, run, check and time the default config (plans and prewarms without a GPU)", cmd_demo},
     {"version", "print versions (moejit, cache schema, NVRTC, driver)", cmd_version},
@@ -103,7 +104,7 @@ int main(int argc, char** argv) {
       return kExitError;
     }
   }
-  std::fprintf(stderr, "moejit: error: unknown command '%s' (commands: prewarm, inspect, cache, plan, run, compress, bench, demo, version)\n",
+  std::fprintf(stderr, "moejit: error: unknown command '%s' (commands: prewarm, inspect, cache, plan, run, validate, compress, bench, demo, version)\n",
                name.c_str());
   return kExitError;
 }

@@ -5,7 +5,9 @@ cd "$(dirname "$0")/.."
 # Catch2 (package catch2: v2 on Debian 12, v3 on Ubuntu 24.04 and Debian 13) is only for the tests: when
 # it cannot be installed the library, the CLI and the examples still build, and tools/test.sh says so.
 required=(cmake g++ make libfmt-dev nlohmann-json3-dev)
-optional=(catch2)
+# clang: the sanitizer build and the libFuzzer targets (tools/sanitize.sh, run by tools/test.sh), which
+# fall back to g++ (no fuzzing) where clang cannot be installed.
+optional=(catch2 clang)
 missing() { for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done; }
 mapfile -t need < <(missing "${required[@]}")
 mapfile -t want < <(missing "${optional[@]}")

@@ -84,6 +84,18 @@ class KernelCache {
 
   std::vector<CacheEntryInfo> list() const;    // every entry of this schema, all architectures
   std::vector<CacheEntryInfo> verify();        // checks every entry; quarantines damaged ones
+  // Why get() reads nothing from and writes nothing to this cache at all ("" when it does): no root, or
+  // the root, v<schema> or its tmp is not a directory or is writable by other users. list/verify mark
+  // every entry untrusted with this reason then.
+  std::string refused_reason() const;
+  // Creates the cache directories when missing and publishes nothing, but proves a publish could happen
+  // (a private temporary directory is made and removed). "" when it can, else why not: a root that is a
+  // dangling symlink or a file, read-only, untrusted, ... `moejit prewarm` refuses to start on it.
+  std::string check_writable();
+  // clear and gc never follow a symlink below the root and apply the trust rules of reads and writes:
+  // where the root, v<schema> or its tmp is refused (or is a symlink), they throw moejit::Error and
+  // remove nothing; an architecture, quarantine or old-schema directory that is a symlink or others
+  // can write is skipped with a warning.
   int clear();                                 // removes this schema's entries; returns the count
                                                // (kernels already in memory stay usable)
   int gc();                                    // removes quarantine, temp leftovers older than

@@ -25,9 +25,11 @@ struct SafetensorsFile {
   std::map<std::string, std::string> metadata;  // "__metadata__" string fields
 };
 
-// Throws moejit::Error on malformed files: short file, header length past the end, bad JSON,
-// unknown dtype, shape/offset mismatch, offsets past the end or overlapping. `what` names a buffer in
-// messages. Accepted dtypes: U8, I8, U16, I16, BF16, F16, I32, U32, F32, I64, F64, F8_E4M3, F8_E5M2, BOOL.
+// Throws moejit::Error on malformed files: short file, header length past the end or above the
+// format's 100,000,000-byte limit, bad or too deeply nested JSON, unknown dtype, shape/offset mismatch,
+// tensors that do not fill the data section exactly (gaps, overlaps, trailing bytes), and (files) a
+// path that is not a regular file. `what` names a buffer in messages. Accepted dtypes: U8, I8, U16, I16,
+// BF16, F16, I32, U32, F32, I64, F64, F8_E4M3, F8_E5M2, BOOL.
 SafetensorsFile read_safetensors(const std::string& path);
 SafetensorsFile parse_safetensors(const std::vector<uint8_t>& bytes, const std::string& what = "buffer");
 // Writes tensors back to back in name order after a space-padded header (data 8-byte aligned). Throws

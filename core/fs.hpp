@@ -15,7 +15,9 @@ namespace moejit::detail {
 
 class FsError : public std::runtime_error {
  public:
-  FsError(const std::string& what, int err);
+  FsError(const std::string& what, int err);  // what() is "<what>: <strerror(err)>"
+  struct Plain {};
+  FsError(const std::string& what, int err, Plain) : std::runtime_error(what), err_(err) {}  // what() is <what>
   int err() const { return err_; }
 
  private:
@@ -47,8 +49,9 @@ void make_private_dirs(const std::string& path);
 void write_file_durable(int dir_fd, const std::string& name, const void* data, std::size_t size);
 // fsync of a directory, so a rename or a new file inside it survives a crash.
 void fsync_dir(const std::string& path);
-// Reads a whole regular file opened relative to dir_fd without following symlinks; max_size guards
-// against absurd files. st receives the file's stat. Throws FsError.
+// Reads a whole regular file opened relative to dir_fd without following symlinks and without blocking
+// on a FIFO or device (EINVAL: not a regular file); max_size guards against absurd files (EFBIG). st
+// receives the file's stat. Throws FsError.
 std::vector<char> read_file_at(int dir_fd, const std::string& name, std::size_t max_size, struct stat* st);
 // Opens a directory without following a symlink at its last component. Throws FsError.
 Fd open_dir(const std::string& path);
@@ -57,9 +60,12 @@ Fd open_dir(const std::string& path);
 // group- nor world-writable. An empty string means trusted; otherwise the reason.
 std::string untrusted_reason(const struct stat& st);
 
-// rm -rf that never follows symlinks and ignores entries that vanish concurrently; returns false when
-// something could not be removed.
+// rm -rf that never follows symlinks (not even at path itself: a symlink is unlinked, its target left
+// alone) and ignores entries that vanish concurrently; returns false when something could not be removed.
 bool remove_tree(const std::string& path);
+// Sorted names in a directory (no "." and ".."), opened without following a symlink at path itself;
+// empty when it cannot be opened (missing, a symlink, not a directory).
+std::vector<std::string> dir_names_nofollow(const std::string& path);
 
 // "20250131T235959.123456789Z": sortable UTC time stamp for quarantine names and manifests.
 std::string utc_stamp(bool with_nanos);

@@ -1,11 +1,14 @@
 // POSIX helpers for the cubin cache (see fs.hpp). Raw syscalls rather than std::filesystem because the
 // cache needs O_NOFOLLOW/O_EXCL, fsync of files and directories, and the exact errno of each failure.
-#include "cache/fs.hpp"
+#include "core/fs.hpp"
+
+#include "core/regular_file.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -36,7 +39,18 @@ void make_private_dirs(const std::string& path) {
     if (!S_ISDIR(st.st_mode)) throw FsError(fmt::format("{} is not a directory", path), ENOTDIR);
     return;
   }
+  if (errno == ENOTDIR) {
+    // Some component above is a file: name it ("<root> is not a directory") rather than the leaf.
+    const int err = errno;
+    auto slash = path.find_last_of('/');
+    if (slash != std::string::npos && slash > 0) make_private_dirs(path.substr(0, slash));
+    throw FsError(fmt::format("cannot stat {}", path), err);
+  }
   if (errno != ENOENT) throw FsError(fmt::format("cannot stat {}", path), errno);
+  // A symlink to nothing (an unmounted volume): mkdir would fail with EEXIST and stat with ENOENT, which
+  // reads like a directory removed concurrently. Say what it is instead, so the cache degrades loudly.
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
+    throw FsError(fmt::format("{} is a symbolic link whose target does not exist", path), ENOTDIR, FsError::Plain{});
   auto slash = path.find_last_of('/');
   if (slash != std::string::npos && slash > 0) make_private_dirs(path.substr(0, slash));
   if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)
@@ -73,24 +87,8 @@ void fsync_dir(const std::string& path) {
 }
 
 std::vector<char> read_file_at(int dir_fd, const std::string& name, std::size_t max_size, struct stat* st) {
-  Fd fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd) throw FsError(fmt::format("cannot open {}", name), errno);
-  if (::fstat(fd.get(), st) != 0) throw FsError(fmt::format("cannot stat {}", name), errno);
-  if (!S_ISREG(st->st_mode)) throw FsError(fmt::format("{} is not a regular file", name), EINVAL);
-  if (std::size_t(st->st_size) > max_size) throw FsError(fmt::format("{} is implausibly large", name), EFBIG);
-  std::vector<char> data(std::size_t(st->st_size));
-  std::size_t got = 0;
-  while (got < data.size()) {
-    ssize_t n = ::read(fd.get(), data.data() + got, data.size() - got);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw FsError(fmt::format("cannot read {}", name), errno);
-    }
-    if (n == 0) break;  // shrank underneath us; the size check of the caller catches it
-    got += std::size_t(n);
-  }
-  data.resize(got);
-  return data;
+  // Never follows a symlink, never blocks on a FIFO or device (regular_file.cpp).
+  return read_regular_file(dir_fd, name, max_size, /*follow_symlinks=*/false, st);
 }
 
 Fd open_dir(const std::string& path) {
@@ -108,23 +106,55 @@ std::string untrusted_reason(const struct stat& st) {
   return {};
 }
 
-bool remove_tree(const std::string& path) {
+std::vector<std::string> dir_names_nofollow(const std::string& path) {
+  std::vector<std::string> names;
+  Fd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd) return names;
+  DIR* d = ::fdopendir(fd.get());
+  if (!d) return names;
+  fd.release();  // closedir closes it
+  while (struct dirent* e = ::readdir(d)) {
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+namespace {
+
+// rm -rf of parent_fd/name. Every step is relative to a descriptor of the directory already opened
+// without following a link, so a directory swapped for a symlink midway is unlinked, never entered.
+bool remove_tree_at(int parent_fd, const std::string& name) {
   struct stat st;
-  if (::lstat(path.c_str(), &st) != 0) return errno == ENOENT;
-  if (!S_ISDIR(st.st_mode)) return ::unlink(path.c_str()) == 0 || errno == ENOENT;
+  if (::fstatat(parent_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return errno == ENOENT;
+  if (!S_ISDIR(st.st_mode)) return ::unlinkat(parent_fd, name.c_str(), 0) == 0 || errno == ENOENT;
+  Fd fd(::openat(parent_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd) {
+    if (errno == ENOENT) return true;
+    if (errno == ENOTDIR || errno == ELOOP) return ::unlinkat(parent_fd, name.c_str(), 0) == 0 || errno == ENOENT;
+    return false;
+  }
   bool ok = true;
-  if (DIR* d = ::opendir(path.c_str())) {
-    std::vector<std::string> names;
+  std::vector<std::string> names;
+  const int list_fd = ::dup(fd.get());
+  DIR* d = list_fd >= 0 ? ::fdopendir(list_fd) : nullptr;
+  if (d) {
     while (struct dirent* e = ::readdir(d)) {
       if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
     }
     ::closedir(d);
-    for (const auto& n : names) ok = remove_tree(path + "/" + n) && ok;
-  } else if (errno != ENOENT) {
+  } else {
+    if (list_fd >= 0) ::close(list_fd);
     ok = false;
   }
-  return (::rmdir(path.c_str()) == 0 || errno == ENOENT) && ok;
+  for (const auto& n : names) ok = remove_tree_at(fd.get(), n) && ok;
+  return (::unlinkat(parent_fd, name.c_str(), AT_REMOVEDIR) == 0 || errno == ENOENT) && ok;
 }
+
+}  // namespace
+
+bool remove_tree(const std::string& path) { return remove_tree_at(AT_FDCWD, path); }
 
 std::string utc_stamp(bool with_nanos) {
   struct timespec ts;

@@ -1,0 +1,139 @@
+// One kernel family at one shape, for compute-sanitizer (tools/gpu_sanitize.sh runs this under memcheck,
+// racecheck, synccheck and initcheck): prepare a layer, run a few forwards of the family, check the
+// output against the fp64 CPU reference at the small shape, and exit.
+//
+//   gpu_sanitize_cases --family decode|cooperative|batch|wgmma --shape small|real
+//
+// decode: the default decode launches (route kernel or inline routing, FC1, FC2/FC2-sum); cooperative:
+// MOEJIT_DECODE_LAUNCH=cooperative (one launch with a grid barrier, read by the Runtime's constructor);
+// batch: the batch family below the warpgroup-MMA cutover; wgmma: the
+// batch family at enough pairs per expert for warpgroup MMA (sm_90a). Every case also runs the
+// weight-repack (prepare) kernel and, where the plan has it, the route kernel. small: 3 experts, H 96,
+// I 160 (tails in every tile); real: gpt-oss-120b's layer (random FP4 codes; no reference check there,
+// it would take minutes under the sanitizer's slowdown). The workspace is left as cuMemAlloc returns it,
+// so initcheck sees any read of memory no kernel wrote. Exit 0 ok, 1 wrong output, 2 error, 77 no GPU.
+#include <fmt/format.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "moejit/codecs.hpp"
+#include "moejit/error.hpp"
+#include "moejit/model_config.hpp"
+#include "moejit/reference.hpp"
+#include "moejit/runtime.hpp"
+
+using namespace moejit;
+
+namespace {
+
+struct Case {
+  Family family = Family::decode;
+  std::vector<int> tokens;
+};
+
+LayerSpec small_layer() {
+  LayerSpec s;
+  s.format = ScaleFormat::nvfp4;
+  s.activation = Activation::swigluoai;
+  s.gate_up_order = GateUpOrder::interleaved;
+  s.experts = 3;
+  s.hidden = 96;
+  s.intermediate = 160;
+  s.top_k = 2;
+  s.expert_begin = 5;
+  s.has_bias = true;
+  s.limit = 7.0f;
+  return s;
+}
+
+// Token counts per family: a few decode sizes (inline routing and the route kernel), batch below and
+// at the warpgroup-MMA cutover (14 pairs per expert).
+Case case_for(const std::string& family, bool real) {
+  if (family == "decode") return {Family::decode, {1, 5, real ? 64 : 33}};
+  if (family == "cooperative") {
+    ::setenv("MOEJIT_DECODE_LAUNCH", "cooperative", 1);
+    return {Family::decode, {1, 9}};
+  }
+  if (family == "batch") return {Family::batch, {real ? 64 : 5, real ? 200 : 17}};
+  if (family == "wgmma") return {Family::batch, {real ? 512 : 64}};
+  throw Error(fmt::format("--family {}: expected decode, cooperative, batch or wgmma", family));
+}
+
+int run(const std::string& family, const std::string& shape) {
+  if (shape != "small" && shape != "real") throw Error(fmt::format("--shape {}: expected small or real", shape));
+  const bool real = shape == "real";
+  const Case c = case_for(family, real);
+  const LayerSpec spec = real ? load_model_config("gpt-oss-120b").local() : small_layer();
+  const HostLayer host = real ? make_random_code_layer(spec, 11) : make_random_layer(spec, 11);
+  Runtime rt;
+  auto layer = rt.prepare(host);
+  int max_tokens = 0;
+  for (int m : c.tokens) max_tokens = std::max(max_tokens, m);
+  const size_t ws_bytes = rt.workspace_size(*layer, max_tokens);
+  DeviceBuffer workspace(ws_bytes);  // not initialized: initcheck reports any read before a write
+  int failures = 0;
+  for (int m : c.tokens) {
+    const HostInputs in = make_random_inputs(spec, m, 100 + static_cast<uint64_t>(m), /*include_invalid=*/true);
+    DeviceBuffer x = DeviceBuffer::from(in.x), ids = DeviceBuffer::from(in.topk_ids),
+                 w = DeviceBuffer::from(in.topk_weights);
+    DeviceBuffer out(static_cast<size_t>(m) * spec.hidden * 2);
+    ForwardArgs a;
+    a.x = x.ptr();
+    a.topk_ids = ids.ptr();
+    a.topk_weights = w.ptr();
+    a.out = out.ptr();
+    a.tokens = m;
+    a.workspace = workspace.ptr();
+    a.workspace_bytes = ws_bytes;
+    a.force = c.family;
+    const Plan plan = rt.plan(*layer, m, c.family);
+    rt.forward(*layer, a);
+    const std::vector<uint16_t> got = out.to_vector<uint16_t>(static_cast<size_t>(m) * spec.hidden);
+    std::printf("gpu_sanitize_cases: %s %s M=%d: %s\n", family.c_str(), shape.c_str(), m, plan.describe().c_str());
+    if (real) continue;
+    std::vector<float> f(got.size());
+    for (size_t i = 0; i < got.size(); ++i) f[i] = bf16_to_float(got[i]);
+    const std::vector<double> want = reference_forward(host, in).out_f64;
+    const Agreement ag = compare(f, want);
+    // Every pair routed to other ranks: the output is exactly zero (and rel_l2 undefined).
+    const bool all_zero = std::all_of(want.begin(), want.end(), [](double v) { return v == 0; });
+    const bool ok = ag.nonfinite == 0 && (all_zero ? std::all_of(f.begin(), f.end(), [](float v) { return v == 0; })
+                                                   : ag.rel_l2 <= 4e-3);
+    if (!ok) {
+      std::printf("gpu_sanitize_cases: FAILED: M=%d rel_l2 %.3e nonfinite %lld\n", m, ag.rel_l2,
+                  static_cast<long long>(ag.nonfinite));
+      ++failures;
+    }
+  }
+  return failures ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string family, shape;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--family") family = argv[i + 1];
+    else if (a == "--shape") shape = argv[i + 1];
+  }
+  if (family.empty() || shape.empty()) {
+    std::fprintf(stderr, "usage: gpu_sanitize_cases --family decode|cooperative|batch|wgmma --shape small|real\n");
+    return 2;
+  }
+  try {
+    std::string why;
+    if (!gpu_available(&why)) {
+      std::printf("gpu_sanitize_cases: skipped: no usable GPU (%s)\n", why.c_str());
+      return 77;
+    }
+    return run(family, shape);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpu_sanitize_cases: error: %s\n", e.what());
+    return 2;
+  }
+}
