@@ -73,8 +73,10 @@ void launch_fused(const ForwardContext& ctx, const KernelKey& key) {
   p.barrier = ctx.args.workspace + ctx.ws.barrier;
   p.slots = static_cast<int32_t>(slot_capacity(ctx));
   // The barrier's arrival counter must be 0 on entry (the kernel leaves it at 0, but the workspace needs
-  // no initialization, so clear it every call: one memset node in a graph).
-  check(driver().cuMemsetD8Async(p.barrier, 0, sizeof(uint32_t), ctx.stream), "cuMemsetD8Async(barrier)");
+  // no initialization, so clear it every call: one memset node in a graph). The generation word may hold
+  // any value, but it is cleared with it: every CTA reads it, and a read of memory nothing wrote is what
+  // compute-sanitizer's initcheck reports.
+  check(driver().cuMemsetD8Async(p.barrier, 0, 2 * sizeof(uint32_t), ctx.stream), "cuMemsetD8Async(barrier)");
   const unsigned items = static_cast<unsigned>(std::max(spec.intermediate, spec.hidden) / 16) * p.slots;
   launch_cooperative(ctx.modules.function(key, ctx.stream), items, static_cast<unsigned>(key.warps * 32), 0,
                      ctx.sm_count, ctx.stream, &p);
