@@ -86,18 +86,21 @@ int cmd_run(int argc, char** argv) {
     throw UsageError(fmt::format("--family: {}", e.what()));
   }
   // Usage errors first (--config with --checkpoint, slicing options, an unreadable checkpoint or a slice
-  // that does not divide: the checkpoint's headers only), then the GPU question, then the weights.
+  // that does not divide: the checkpoint's headers only); then a layer file and its input by the rules
+  // `moejit validate` applies without a GPU, and the GPU question (a checkpoint's weights after it).
   (void)checkpoint_config_from_args(args);
   const int layer_index = checkpoint ? args.integer("layer", 0, 0) : -1;
   if (!checkpoint)
     for (const char* o : {"tokens", "seed"})
       if (args.has(o)) throw UsageError(fmt::format("--{} applies to --checkpoint without --input", o));
-  std::string why;
-  if (!gpu_available(&why))
-    throw Error(fmt::format("no usable GPU ({}); run executes kernels and needs a CUDA device "
-                            "(plan, inspect, prewarm --arch and validate work without one)",
-                            why));
 
+  auto require_gpu = [] {
+    std::string why;
+    if (!gpu_available(&why))
+      throw Error(fmt::format("no usable GPU ({}); run executes kernels and needs a CUDA device "
+                              "(plan, inspect, prewarm --arch and validate work without one)",
+                              why));
+  };
   const std::string input_path = args.str("input"), output_path = args.str("output");
   std::string layer_path = args.str("layer");
   HostLayer layer;
@@ -105,6 +108,7 @@ int cmd_run(int argc, char** argv) {
   if (checkpoint) {
     const std::string dir = args.str("checkpoint");
     if (!output_path.empty()) check_run_output(output_path, {{"--input", input_path}});
+    require_gpu();  // before reading a layer's weights out of the shards
     try {
       layer = load_checkpoint_layer(dir, layer_index, slice_from_args(args));
     } catch (const Error& e) {
@@ -128,6 +132,7 @@ int cmd_run(int argc, char** argv) {
     RunFiles files = read_run_files(layer_path, input_path, output_path);
     layer = std::move(files.layer);
     in = std::move(*files.inputs);
+    require_gpu();
   }
 
   Runtime rt;
