@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <fcntl.h>
+#include <sys/stat.h>
 
+#include "core/regular_file.hpp"
 #include "moejit/error.hpp"
+#include "reference/json_limits.hpp"
 
 namespace moejit::detail {
 namespace {
@@ -17,18 +19,31 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// The JSON files of a checkpoint (config.json, the shard index, the quantization config) are small: more
+// than this is not one of them.
+constexpr std::size_t kMaxCheckpointJson = 64u << 20;
+
 json read_json(const fs::path& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("checkpoint {}: cannot open {}", path.parent_path().string(), what));
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  const std::string dir = path.parent_path().string();
+  // A regular file (no FIFO blocks the reader), of bounded size and nesting, like every file moejit reads.
+  std::vector<char> bytes;
   try {
-    json j = json::parse(ss.str());
-    if (!j.is_object()) throw Error(fmt::format("checkpoint {}: {} is not a JSON object", path.parent_path().string(), what));
-    return j;
-  } catch (const json::parse_error& e) {
-    throw Error(fmt::format("checkpoint {}: {} is not valid JSON: {}", path.parent_path().string(), what, e.what()));
+    struct stat st;
+    bytes = read_regular_file(AT_FDCWD, path.string(), kMaxCheckpointJson, /*follow_symlinks=*/true, &st);
+  } catch (const FsError& e) {
+    throw Error(fmt::format("checkpoint {}: cannot read {}: {}", dir, what, e.what()));
   }
+  const std::string text(bytes.begin(), bytes.end());
+  if (auto why = json_depth_problem(text); !why.empty())
+    throw Error(fmt::format("checkpoint {}: {} is not usable: the JSON {}", dir, what, why));
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("checkpoint {}: {} is not valid JSON: {}", dir, what, e.what()));
+  }
+  if (!j.is_object()) throw Error(fmt::format("checkpoint {}: {} is not a JSON object", dir, what));
+  return j;
 }
 
 }  // namespace
