@@ -50,7 +50,8 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export MOEJIT_CACHE_DIR=${MOEJIT_CACHE_DIR:-$PWD/$SAN_BUILD_DIR/test-cache}
 # The two NVRTC sweeps (test_compile_default, test_compile_every_key: every planned key through NVRTC)
 # spend their minutes in NVRTC, which ASan slows threefold, on host code the other tests and the fuzzers
-# cover; they are left out unless MOEJIT_SANITIZE_FULL=1.
-exclude=(-LE nvrtc_sweep)
-[ "${MOEJIT_SANITIZE_FULL:-0}" = 1 ] && exclude=()
+# cover; they are left out unless MOEJIT_SANITIZE_FULL=1. The package tests (label package) build
+# uninstrumented projects against the installed library, so they run in the main build only.
+exclude=(-LE 'nvrtc_sweep|package')
+[ "${MOEJIT_SANITIZE_FULL:-0}" = 1 ] && exclude=(-LE package)
 ctest --test-dir "$SAN_BUILD_DIR" --output-on-failure -j "$(nproc)" -L 'cpu|fuzz' "${exclude[@]}" "$@"
