@@ -59,6 +59,8 @@ struct ArchLimits {
   int default_sm_count;    // SMs of the GPU plans assume when none is given
   const char* default_gpu; // that GPU
 };
+// The limits of an architecture: a reference to a constant table entry, safe from any thread. Throws
+// moejit::Error only for a value outside the enum.
 const ArchLimits& arch_limits(Arch a);
 
 // Geometry and numerics of one MoE layer (DESIGN §1, §3). Runtime-only values (alpha, beta, limit)
