@@ -32,8 +32,8 @@ constexpr NameTable<GateUpOrder, 3> kGateUpOrders{{{GateUpOrder::gate_up, "gate_
                                                    {GateUpOrder::interleaved, "interleaved"}}};
 constexpr NameTable<Arch, 4> kArchNames{
     {{Arch::sm_90a, "sm_90a"}, {Arch::sm_100a, "sm_100a"}, {Arch::sm_120a, "sm_120a"}, {Arch::sm_121a, "sm_121a"}}};
-constexpr NameTable<Family, 3> kFamilies{
-    {{Family::automatic, "auto"}, {Family::decode, "decode"}, {Family::batch, "batch"}}};
+constexpr NameTable<Family, 4> kFamilies{
+    {{Family::automatic, "auto"}, {Family::decode, "decode"}, {Family::batch, "batch"}, {Family::prefill, "prefill"}}};
 constexpr NameTable<DecodeLaunch, 3> kDecodeLaunches{
     {{DecodeLaunch::pdl, "pdl"}, {DecodeLaunch::plain, "plain"}, {DecodeLaunch::cooperative, "cooperative"}}};
 

@@ -30,16 +30,18 @@ TileOverride TileOverride::parse(std::string_view text, std::string_view variabl
     at = static_cast<size_t>(ptr - text.data());
   }
   const auto& v = t.value;
-  // Token tiles: 1, 2, 4 or 8 for register-fed MMAs, 1..32 with warpgroup MMA (m1; the key checks).
+  // Token tiles: 1, 2, 4 or 8 for register-fed MMAs, 1..32 with warpgroup MMA (m1, or a prefill tile,
+  // always on it; the key checks the rest).
+  const bool wide = v[10] == 1 || variable.starts_with("MOEJIT_PREFILL_");
   ok = ok && t.seen[0] && t.seen[2] && v[0] >= 1 && v[0] <= 32 &&
-       (v[10] == 1 ? v[1] >= 1 && v[1] <= 32 : v[1] == 1 || v[1] == 2 || v[1] == 4 || v[1] == 8) && v[2] >= 1 &&
+       (wide ? v[1] >= 1 && v[1] <= 32 : v[1] == 1 || v[1] == 2 || v[1] == 4 || v[1] == 8) && v[2] >= 1 &&
        v[2] <= 8 && v[3] >= 0 && v[3] <= 32 && v[4] >= 1 && v[4] <= 8 && v[5] >= 1 && v[5] <= 8 &&
        (v[6] == 1 || v[6] == 2) && (v[7] == 8 || v[7] == 4) && v[8] >= 0 && v[8] <= 16 && (v[9] == 0 || v[9] == 1) &&
        (v[10] == 0 || v[10] == 1);
   if (!ok)
     throw Error(fmt::format("{}='{}' must look like w4d2, w4d2o6, w4n1d1o6, w8d4o2p2, w8d1o3p2g2, w4d4p4, w16d1o1p4s2, "
                             "w4d1o8c4, w8d1o4c4f2, w4d1o8c4x1 or w8n16d3o1m1 (warps 1..32, token tiles 1, 2, 4 or 8 (1..32 "
-                            "with m1), depth 1..8, CTAs per SM 0..32, parts 1..8, CTAs per slab 1..8, slabs per CTA 1 "
+                            "with m1 or for a prefill kernel), depth 1..8, CTAs per SM 0..32, parts 1..8, CTAs per slab 1..8, slabs per CTA 1 "
                             "or 2, columns 8 or 4, L2 prefetch 0..16 chunks, staged x 0 or 1, warpgroup MMA 0 or 1)",
                             variable, text));
   return t;
@@ -118,6 +120,8 @@ TuningOverrides TuningOverrides::from_environment() {
   t.decode_tile_fc2 = tile_variable("MOEJIT_DECODE_TILE_FC2");
   t.batch_tile_fc1 = tile_variable("MOEJIT_BATCH_TILE_FC1");
   t.batch_tile_fc2 = tile_variable("MOEJIT_BATCH_TILE_FC2");
+  t.prefill_tile_fc1 = tile_variable("MOEJIT_PREFILL_TILE_FC1");
+  t.prefill_tile_fc2 = tile_variable("MOEJIT_PREFILL_TILE_FC2");
   return t;
 }
 
@@ -139,6 +143,8 @@ std::string TuningOverrides::describe() const {
   tile("MOEJIT_DECODE_TILE_FC2", decode_tile_fc2);
   tile("MOEJIT_BATCH_TILE_FC1", batch_tile_fc1);
   tile("MOEJIT_BATCH_TILE_FC2", batch_tile_fc2);
+  tile("MOEJIT_PREFILL_TILE_FC1", prefill_tile_fc1);
+  tile("MOEJIT_PREFILL_TILE_FC2", prefill_tile_fc2);
   return s.empty() ? "none" : s;
 }
 

@@ -8,7 +8,12 @@
 namespace moejit::detail {
 
 struct WorkspaceLayout {
+  // act: FC1's output (decode and batch: one row per pair; prefill: token-tile blocks, at most pairs + 7 x
+  // slots rows). partial: FC2's fp32 rows per pair, and the prefill family's blocks of the layer input
+  // (written by its gather and read by its FC1 before FC2 writes partial rows). tiles, row_pair,
+  // row_weight: the prefill family's tile table and each block row's pair and top-k weight.
   size_t num_active = 0, active_expert = 0, active_offset = 0, pair_index = 0, counters = 0, act = 0, partial = 0;
+  size_t tiles = 0, row_pair = 0, row_weight = 0;
   size_t barrier = 0;  // cooperative launch: [arrivals, generation]
   size_t total = 0;
 
@@ -27,8 +32,16 @@ struct WorkspaceLayout {
     w.active_offset = take((slots + 1) * sizeof(int32_t));
     w.pair_index = take(pairs * sizeof(int32_t));
     w.counters = take(static_cast<size_t>(spec.hidden / 16) * sizeof(int32_t));
-    w.act = take(pairs * spec.intermediate * sizeof(uint16_t));
-    w.partial = take(pairs * spec.hidden * sizeof(float));
+    // The prefill family's blocks hold whole 64-wide chunks of K.
+    const size_t block_rows = pairs + 7 * slots;
+    const size_t h_chunked = (static_cast<size_t>(spec.hidden) + 63) / 64 * 64;
+    const size_t i_chunked = (static_cast<size_t>(spec.intermediate) + 63) / 64 * 64;
+    w.act = take(block_rows * i_chunked * sizeof(uint16_t));
+    const size_t partial_bytes = pairs * spec.hidden * sizeof(float), x_block_bytes = block_rows * h_chunked * sizeof(uint16_t);
+    w.partial = take(partial_bytes > x_block_bytes ? partial_bytes : x_block_bytes);
+    w.tiles = take((1 + 3 * pairs) * sizeof(int32_t));
+    w.row_pair = take(block_rows * sizeof(int32_t));
+    w.row_weight = take(block_rows * sizeof(float));
     w.barrier = take(2 * sizeof(uint32_t));
     w.total = at;
     return w;

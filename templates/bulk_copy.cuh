@@ -65,6 +65,14 @@ MOEJIT_DEVICE void bulk_copy_to_shared(u32 dst, const void* src, u32 bytes, u32 
       : "memory");
 }
 
+// The same copy under the L2's default policy (for data other CTAs read again: weights shared by an
+// expert's token tiles, a tile's blocks shared by its row groups).
+MOEJIT_DEVICE void bulk_copy_to_shared(u32 dst, const void* src, u32 bytes, u32 bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
 // 16-byte global -> shared copies that bypass the registers (L2 only, so rows other CTAs wrote are
 // seen); src_bytes 0 fills zeros. Commit, then wait for all of this thread's copies.
 MOEJIT_DEVICE void cp_async_16(u32 dst, const void* src, int src_bytes) {

@@ -20,99 +20,14 @@
 #include "fc1_epilogue.cuh"
 #include "moe_batch_params.cuh"
 #include "slab_mma.cuh"
+#include "token_tiles.cuh"
+#include "topk_combine.cuh"
 
 // The activation tile in shared memory: kTile rows of one 64-wide chunk, 80 bf16 apart (160 bytes), so the
 // 8-byte pieces that the 16 lanes of an LDS.64 phase read (4 rows x 4 quads) fall on 32 distinct banks.
 inline constexpr int kBatchRowStride = 80;
 
-// Which (slot, token tile, row group) CTA `id` of the batch grid serves: ids are laid out slot by slot,
-// each slot's tiles x row groups with the tile varying fastest. Called by every thread (barrier inside).
-struct BatchTile {
-  int slot;       // active slot, or -1 when the CTA has nothing to do
-  int expert;     // local expert
-  int first;      // the tile's first pair within the slot
-  int count;      // pairs routed to the slot
-  int group;      // row group (kWarps slabs)
-  const i32* pairs;  // the slot's pair indices (route kernel list)
-};
 
-template <int kTile, int kGroups>
-MOEJIT_DEVICE BatchTile batch_tile(const RoutingArgs& r, int id) {
-  __shared__ BatchTile found;
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    const int num_active = *r.num_active;
-    BatchTile t{-1, -1, 0, 0, 0, nullptr};
-    int before = 0;  // CTAs of the slots already scanned
-    for (int base = 0; base < num_active; base += 32) {
-      const int s = base + lane;
-      int ctas = 0, off = 0, end = 0;
-      if (s < num_active) {
-        off = r.active_offset[s];
-        end = r.active_offset[s + 1];
-        ctas = (end - off + kTile - 1) / kTile * kGroups;
-      }
-      int incl = ctas;
-#pragma unroll
-      for (int d = 1; d < 32; d <<= 1) {
-        const int v = __shfl_up_sync(0xffffffffu, incl, d);
-        if (lane >= d) incl += v;
-      }
-      const int excl = before + incl - ctas;
-      const u32 hit = __ballot_sync(0xffffffffu, s < num_active && id >= excl && id < excl + ctas);
-      if (hit) {
-        const int src = __ffs(hit) - 1;
-        const int local = __shfl_sync(0xffffffffu, id - excl, src);
-        const int o = __shfl_sync(0xffffffffu, off, src), e = __shfl_sync(0xffffffffu, end, src);
-        const int tiles = (e - o + kTile - 1) / kTile;
-        t.slot = base + src;
-        t.expert = r.active_expert[t.slot];
-        t.first = local % tiles * kTile;
-        t.group = local / tiles;
-        t.count = e - o;
-        t.pairs = r.pair_index + o;
-        break;
-      }
-      before = __shfl_sync(0xffffffffu, before + incl, 31);
-    }
-    if (lane == 0) found = t;
-  }
-  __syncthreads();
-  return found;
-}
-
-// The block scales of rows g and g + 8 as bf16x2 multipliers of the placed weights (fp4_decode.cuh: e2m1
-// value x 2^-126), each the scale x 2^kShift, so a placed weight times it is e2m1 x scale x 2^(kShift-126).
-// FC2 (activations stored times 2^64) takes kShift = 62: the MMA sums true products. FC1 (the layer input as
-// is, no multiply per piece) takes kShift = 100: products x w 2^-26, corrected by batch_output_scale. Exact
-// in bf16 for every NVFP4 scale (e4m3 x 2^kShift: 4 significant bits) and for the MXFP4 codes whose
-// product stays above bf16's smallest subnormal and whose multiplier is finite: 59..192 (scales
-// 2^-68..2^65) for FC2, 21..154 (2^-106..2^27) for FC1; code 0 gives 0 and codes above the range infinity,
-// as block_scales' 0 and 255 do. Both halves carry the same value.
-template <bool kNvfp4, int kShift>
-MOEJIT_DEVICE void batch_row_scales(u32x2 packed, int block, u32& sg, u32& sg8) {
-  if (kNvfp4) {
-    float a, b;
-    block_scales<true>(packed, block, a, b);
-    const float shift = __uint_as_float((u32)(127 + kShift) << 23);  // 2^kShift
-    const u32 ha = f32_to_bf16(a * shift), hb = f32_to_bf16(b * shift);
-    sg = ha | (ha << 16);
-    sg8 = hb | (hb << 16);
-  } else {
-    // e8m0 code c is 2^(c - 127); times 2^kShift its bf16 exponent field is c + kShift.
-    constexpr u32 kTop = 254 - kShift;
-    const u32 cg = (packed.x >> (16 * block)) & 0xFFu, cg8 = (packed.x >> (16 * block + 8)) & 0xFFu;
-    const u32 bg = cg == 0 ? 0u : cg > kTop ? 0x7F80u : (cg + kShift) << 7;
-    const u32 bg8 = cg8 == 0 ? 0u : cg8 > kTop ? 0x7F80u : (cg8 + kShift) << 7;
-    sg = bg | (bg << 16);
-    sg8 = bg8 | (bg8 << 16);
-  }
-}
-
-// The scale shift of batch_row_scales: FC1 reads the layer input as is (kRawB), FC2 its stored activations
-// times 2^64.
-template <bool kRawB>
-inline constexpr int kBatchScaleShift = kRawB ? 100 : 62;
 
 // One 64-wide chunk of a slab against kNT column tiles: per k16 step and matrix, the word is decoded, its
 // four A registers are multiplied by their rows' block scales (batch_row_scales), and the MMAs accumulate
@@ -357,32 +272,5 @@ __device__ void moe_batch_fc2(const BatchFc2Params& p) {
       if (kBias) y += p.bias[(size_t)e * kH + row];
       p.partial[(size_t)q * kH + row] = p.topk_weights[q] * y;
     });
-  }
-}
-
-// out[m, :] = sum over k = 0..K-1 of partial[m*K + k, :] (pairs routed to a local expert only), in bf16.
-// Four outputs per thread, fp32 sums in slot order.
-template <int kE, int kH>
-__device__ void moe_batch_combine(const BatchFc2Params& p) {
-  pdl_wait_primary();  // FC2's partial rows
-  const int K = p.route.top_k;
-  const size_t quads = (size_t)p.tokens * (kH / 4);
-  for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < quads; idx += (size_t)gridDim.x * blockDim.x) {
-    const int m = (int)(idx / (kH / 4)), h = (int)(idx % (kH / 4)) * 4;
-    float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-    for (int k = 0; k < K; ++k) {
-      const int q = m * K + k;
-      if (!pair_is_local(p.route, q, kE)) continue;
-      float v0, v1, v2, v3;
-      asm volatile("ld.global.v4.f32 {%0,%1,%2,%3}, [%4];"
-                   : "=f"(v0), "=f"(v1), "=f"(v2), "=f"(v3) : "l"(p.partial + (size_t)q * kH + h));
-      s0 += v0;
-      s1 += v1;
-      s2 += v2;
-      s3 += v3;
-    }
-    u16* o = p.out + (size_t)m * kH + h;
-    const u32 lo = (u32)f32_to_bf16(s0) | ((u32)f32_to_bf16(s1) << 16), hi = (u32)f32_to_bf16(s2) | ((u32)f32_to_bf16(s3) << 16);
-    asm volatile("st.global.v2.u32 [%0], {%1,%2};" ::"l"(o), "r"(lo), "r"(hi) : "memory");
   }
 }

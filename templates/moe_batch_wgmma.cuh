@@ -36,13 +36,6 @@ struct WgmmaStage {
   static constexpr int kBytes = (kUsed + 1023) / 1024 * 1024;
 };
 
-// The fp32 multiplier of the sums: NVFP4's global scale, and 2^26 for FC1, whose weights are scaled with
-// kShift = 100 against the raw layer input (batch_row_scales).
-template <bool kNvfp4, bool kRawB>
-MOEJIT_DEVICE float wgmma_output_scale(const float* gscale, int e) {
-  return (kNvfp4 ? gscale[e] : 1.f) * (kRawB ? 67108864.f : 1.f);
-}
-
 // acc[m] = this warp's rows of slab matrix m x the tile (wgmma accumulator layout), over K = kK.
 // rows[r]: global address of tile row r's K = 0 (shared memory, filled by the caller before a barrier; rows
 // past the tile repeat its last pair). A warp whose slab lies past the matrix (the last group of slabs)

@@ -28,3 +28,15 @@ MOEJIT_DEVICE u64 wgmma_desc_k_sw128(u32 smem_address) {
 
 // Byte offset of the 16-byte piece j (0..7) of row r in a 128-byte swizzled tile.
 MOEJIT_DEVICE u32 sw128_offset(int r, int j) { return (u32)(r * 128 + ((j ^ (r & 7)) << 4)); }
+
+// Warp-specialized kernels move registers between warpgroups: a producer warpgroup gives up registers it
+// does not need and the consumer warpgroups take them (every warp of a warpgroup executes the same one).
+template <int kRegs>
+MOEJIT_DEVICE void warpgroup_release_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+template <int kRegs>
+MOEJIT_DEVICE void warpgroup_claim_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+

@@ -62,28 +62,6 @@ int dynamic_smem(const KernelKey& key) {
 // Launch bounds promise the key's CTAs per SM (at least 1).
 int ctas_per_sm(const KernelKey& key) { return std::max(key.min_blocks, 1); }
 
-// wgmma_rs for an n-column tile: one m64nNk16 warpgroup MMA, bf16 A from four registers per thread, B by
-// shared-memory descriptor, fp32 accumulators d[0..n/2) added to (templates/wgmma.cuh). Generated because
-// the operand list is as long as the accumulator.
-std::string wgmma_rs_source(int n) {
-  const int regs = n / 2;  // operands: d[0..regs), a[0..3] at regs.., desc at regs + 4, the constant 1 at regs + 5
-  std::string d, outs;
-  for (int i = 0; i < regs; ++i) {
-    d += fmt::format("{}%{}", i ? ", " : "", i);
-    outs += fmt::format("{}\"+f\"(d[{}])", i ? ", " : "", i);
-  }
-  return fmt::format(
-      "MOEJIT_DEVICE void wgmma_rs(float (&d)[{regs}], const u32 (&a)[4], u64 desc) {{\n"
-      "  asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, %{one}, 0; \"\n"
-      "               \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{d}}}, {{%{a0}, %{a1}, %{a2}, %{a3}}}, \"\n"
-      "               \"%{desc}, p, 1, 1, 0; }}\"\n"
-      "               : {outs}\n"
-      "               : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(desc), \"r\"(1));\n}}\n",
-      fmt::arg("regs", regs), fmt::arg("n", n), fmt::arg("d", d), fmt::arg("a0", regs), fmt::arg("a1", regs + 1),
-      fmt::arg("a2", regs + 2), fmt::arg("a3", regs + 3), fmt::arg("desc", regs + 4), fmt::arg("outs", outs),
-      fmt::arg("one", regs + 5));
-}
-
 std::string source(const KernelKey& key, const std::string& entry) {
   const bool fc1 = key.kind == KernelKind::batch_fc1;
   const int smem = dynamic_smem(key);
@@ -137,7 +115,7 @@ std::string source(const KernelKey& key, const std::string& entry) {
   // FC2's module also holds the top-k combine, launched after FC2 (suffix _combine).
   if (!fc1)
     out += format("extern \"C\" __global__ void __launch_bounds__(256) {entry}_combine(const BatchFc2Params p) {{\n"
-                  "  moe_batch_combine<{experts}, {hidden}>(p);\n}}\n");
+                  "  moe_topk_combine<{experts}, {hidden}>(p);\n}}\n");
   return out;
 }
 

@@ -72,6 +72,7 @@ extern const KernelFamily kPrepareFamily;
 extern const KernelFamily kRouteFamily;
 extern const KernelFamily kDecodeFamily;
 extern const KernelFamily kBatchFamily;
+extern const KernelFamily kPrefillFamily;
 
 // Shared pieces of the rows (generator/families/common.cpp).
 
@@ -97,5 +98,9 @@ int warps_threads(const KernelKey& key);
 int no_dynamic_smem(const KernelKey& key);
 // Launch bounds without a CTAs-per-SM promise.
 int one_cta_per_sm(const KernelKey& key);
+// The source of wgmma_rs for an n-column tile (templates/wgmma.cuh): one m64nNk16 warpgroup MMA, bf16 A
+// from four registers per thread, B by shared-memory descriptor, fp32 accumulators added to. Generated
+// because the operand list is as long as the accumulator; overloads of different n may coexist.
+std::string wgmma_rs_source(int n);
 
 }  // namespace moejit::detail

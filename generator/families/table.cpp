@@ -6,7 +6,8 @@
 
 namespace moejit::detail {
 namespace {
-constexpr const KernelFamily* kFamilies[] = {&kPrepareFamily, &kRouteFamily, &kDecodeFamily, &kBatchFamily};
+constexpr const KernelFamily* kFamilies[] = {&kPrepareFamily, &kRouteFamily, &kDecodeFamily, &kBatchFamily,
+                                               &kPrefillFamily};
 }  // namespace
 
 std::span<const KernelFamily* const> kernel_families() { return kFamilies; }

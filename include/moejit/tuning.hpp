@@ -1,5 +1,6 @@
 #pragma once
-// Planner overrides for measurements and tuning sweeps (MOEJIT_DECODE_*, MOEJIT_BATCH_TILE_*).
+// Planner overrides for measurements and tuning sweeps (MOEJIT_DECODE_*, MOEJIT_BATCH_TILE_*,
+// MOEJIT_PREFILL_TILE_*).
 //
 // The planner is a pure function of its arguments: it never reads the environment. The overrides are
 // read once, into one TuningOverrides value, where a process decides its configuration (a Runtime at
@@ -45,6 +46,8 @@ struct TuningOverrides {
   std::optional<TileOverride> decode_tile_fc2;     // MOEJIT_DECODE_TILE_FC2: the decode family's FC2
   std::optional<TileOverride> batch_tile_fc1;      // MOEJIT_BATCH_TILE_FC1: the batch family's FC1
   std::optional<TileOverride> batch_tile_fc2;      // MOEJIT_BATCH_TILE_FC2: the batch family's FC2
+  std::optional<TileOverride> prefill_tile_fc1;    // MOEJIT_PREFILL_TILE_FC1: the prefill family's FC1
+  std::optional<TileOverride> prefill_tile_fc2;    // MOEJIT_PREFILL_TILE_FC2: the prefill family's FC2
 
   // Reads every variable above (unset or empty: no override). Throws moejit::Error naming the variable
   // and its accepted values for a malformed one. Reads the environment; not thread-safe against setenv.

@@ -15,7 +15,7 @@ enum class GateUpOrder { gate_up, up_gate, interleaved };
 // driver loads no sm_120a cubin.
 enum class Arch { sm_90a, sm_100a, sm_120a, sm_121a };
 // Kernel families a forward can run (automatic: the planner's choice by M).
-enum class Family { automatic, decode, batch };
+enum class Family { automatic, decode, batch, prefill };
 // How the decode family's FC1 and FC2 are launched: FC2 as a programmatic dependent of FC1 (default,
 // measured fastest), two plain launches, or one cooperative launch with a grid barrier (decode_fused).
 enum class DecodeLaunch { pdl, plain, cooperative };
@@ -27,7 +27,7 @@ std::string_view to_string(Activation v);
 std::string_view to_string(ActPrecision v);
 std::string_view to_string(GateUpOrder v);
 std::string_view to_string(Arch v);
-std::string_view to_string(Family v);  // "auto", "decode", "batch"
+std::string_view to_string(Family v);  // "auto", "decode", "batch", "prefill"
 std::string_view to_string(DecodeLaunch v);
 ScaleFormat parse_scale_format(std::string_view s);
 Activation parse_activation(std::string_view s);

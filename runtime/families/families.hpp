@@ -37,6 +37,7 @@ void launch_route(const ForwardContext& ctx, const KernelKey& key);
 // A planned family's launches of ctx.plan.kernels, in order (the route kernel first where planned).
 void launch_decode(const ForwardContext& ctx);
 void launch_batch(const ForwardContext& ctx);
+void launch_prefill(const ForwardContext& ctx);
 
 // FC1's and FC2's fields every computing family's parameters share: the prepared planes (weights, block
 // scales, global scales, bias), the activations, the workspace regions and the routing. A family sets its

@@ -10,7 +10,8 @@ struct FamilyLauncher {
   Family family;
   void (*launch)(const ForwardContext& ctx);
 };
-constexpr FamilyLauncher kLaunchers[] = {{Family::decode, launch_decode}, {Family::batch, launch_batch}};
+constexpr FamilyLauncher kLaunchers[] = {
+    {Family::decode, launch_decode}, {Family::batch, launch_batch}, {Family::prefill, launch_prefill}};
 }  // namespace
 
 void launch_plan(const ForwardContext& ctx) {

@@ -1,0 +1,145 @@
+// The prefill family's key rules, generated source, geometry and plan (templates/moe_prefill.cuh).
+//
+// Tile fields: warps = consumer warps (whole warpgroups; a producer warpgroup is added), ntiles = the token
+// tile in n8 blocks (16..256 tokens, even), depth = stages of the shared-memory ring less one, min_blocks 1
+// (one persistent CTA per SM).
+#include <fmt/args.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "generator/families/family.hpp"
+#include "generator/families/route.hpp"
+#include "moejit/error.hpp"
+
+namespace moejit::detail {
+namespace {
+
+constexpr std::pair<KernelKind, std::string_view> kKinds[] = {{KernelKind::prefill_fc1, "prefill_fc1"},
+                                                               {KernelKind::prefill_fc2, "prefill_fc2"}};
+
+// Chunks of the layer input each gather CTA moves (a tile's rows x 8 chunks).
+constexpr int kGatherChunksPerCta = 8;
+
+int mats(const KernelKey& k) { return k.kind == KernelKind::prefill_fc1 ? fc1_mats(k) : 1; }
+
+// PrefillStage::kBytes (templates/moe_prefill.cuh).
+int stage_bytes(const KernelKey& k) {
+  const int used = 8 * k.ntiles * 128 + k.warps * mats(k) * (512 + chunk_scale_bytes(k));
+  return (used + 1023) / 1024 * 1024;
+}
+
+int dynamic_smem(const KernelKey& k) { return (k.depth + 1) * stage_bytes(k) + 1024; }
+
+void normalize(KernelKey& k, const KernelKey& original) {
+  auto fail = [&](std::string_view rule) { throw Error(fmt::format("kernel key {}: {}", original.str(), rule)); };
+  normalize_common(k, original, 32);
+  if (k.arch != Arch::sm_90a) fail("the prefill family runs on sm_90a's warpgroup MMA only");
+  if (k.warps % 4 || k.warps > 16) fail("prefill kernels take 1..4 consumer warpgroups (warps 4, 8, 12, 16)");
+  if (k.ntiles % 2 || k.ntiles < 2) fail("prefill tiles hold an even number of n8 blocks (16..256 tokens)");
+  if (k.inline_route) fail(fmt::format("{} reads the route kernel's lists (i0)", to_string(k.kind)));
+  if (k.depth < 1) fail("prefill kernels keep at least two stages (depth >= 1)");
+  k.min_blocks = 1;
+  k.parts = 1;
+  k.groups = 1;
+  k.slabs = 1;
+  k.columns = 8;
+  k.l2_ahead = 0;
+  k.x_staged = false;
+  k.wgmma = false;
+  if (k.kind == KernelKind::prefill_fc2) {
+    // FC2 does not see the activation; the limit is an FC1 concern.
+    k.activation = Activation::silu;
+    k.limit = false;
+  }
+  if (dynamic_smem(k) > arch_limits(k.arch).max_dynamic_smem)
+    fail(fmt::format("{} stages of {} bytes exceed the {} bytes of shared memory a CTA has", k.depth + 1,
+                     stage_bytes(k), arch_limits(k.arch).max_dynamic_smem));
+}
+
+// Consumer warps plus the producer warpgroup (registers move between warpgroups, templates/wgmma.cuh).
+int threads(const KernelKey& k) { return k.warps * 32 + 128; }
+
+int ctas_per_sm(const KernelKey&) { return 1; }
+
+std::string source(const KernelKey& key, const std::string& entry) {
+  const bool fc1 = key.kind == KernelKind::prefill_fc1;
+  const int n = 8 * key.ntiles;
+  fmt::dynamic_format_arg_store<fmt::format_context> a;
+  a.push_back(fmt::arg("nvfp4", cpp_bool(key.format == ScaleFormat::nvfp4)));
+  a.push_back(fmt::arg("act", act_code(key.activation)));
+  a.push_back(fmt::arg("limit", cpp_bool(key.limit)));
+  a.push_back(fmt::arg("bias", cpp_bool(key.bias)));
+  a.push_back(fmt::arg("experts", key.experts));
+  a.push_back(fmt::arg("hidden", key.hidden));
+  a.push_back(fmt::arg("intermediate", key.intermediate));
+  a.push_back(fmt::arg("warps", key.warps));
+  a.push_back(fmt::arg("n", n));
+  a.push_back(fmt::arg("stages", key.depth + 1));
+  a.push_back(fmt::arg("mats", mats(key)));
+  a.push_back(fmt::arg("bytes", dynamic_smem(key)));
+  a.push_back(fmt::arg("threads", threads(key)));
+  a.push_back(fmt::arg("entry", entry));
+  a.push_back(fmt::arg("gather_chunks", kGatherChunksPerCta));
+  a.push_back(fmt::arg("params", fc1 ? "PrefillFc1Params" : "PrefillFc2Params"));
+  auto format = [&](std::string_view text) { return fmt::vformat(text, a); };
+  const std::string call =
+      format(fc1 ? "moe_prefill_fc1<{nvfp4}, {act}, {limit}, {bias}, {hidden}, {intermediate}, {warps}, {n}, {stages}>"
+                 : "moe_prefill_fc2<{nvfp4}, {bias}, {hidden}, {intermediate}, {warps}, {n}, {stages}>");
+  a.push_back(fmt::arg("call", call));
+  std::string out = kernel_header(key, 0) + "#include \"wgmma.cuh\"\n" + wgmma_rs_source(n) +
+                    wgmma_rs_source(n / 2) + "#include \"moe_prefill.cuh\"\n" +
+                    format("static_assert({stages} * PrefillStage<{nvfp4}, {mats}, {warps}, {n}>::kBytes + 1024 == "
+                           "{bytes}, \"host and device ring sizes differ\");\n") +
+                    format("extern \"C\" __global__ void __launch_bounds__({threads}, 1) {entry}(const {params} p) {{\n"
+                           "  {call}(p);\n}}\n");
+  if (fc1)
+    out += format("extern \"C\" __global__ void __launch_bounds__(256) {entry}_gather(const PrefillFc1Params p) {{\n"
+                  "  moe_prefill_gather<{hidden}, {n}, {gather_chunks}>(p);\n}}\n");
+  else
+    out += format("extern \"C\" __global__ void __launch_bounds__(256) {entry}_combine(const PrefillFc2Params p) {{\n"
+                  "  moe_topk_combine<{experts}, {hidden}>(p);\n}}\n");
+  return out;
+}
+
+// The token tile from the pairs an expert gets on average: a tile about as wide as the busiest experts'
+// pairs, so each expert's weights are decoded about once per tile; the half-width path covers the last,
+// partly filled tile. The ring takes as many stages as fit in 200 KiB, at most 8.
+int prefill_ntiles(double pairs_per_expert) {
+  if (pairs_per_expert >= 96) return 16;
+  if (pairs_per_expert >= 40) return 8;
+  return 4;
+}
+
+Plan plan(const PlanRequest& r) {
+  Plan p;
+  p.family = Family::prefill;
+  p.tokens = r.tokens;
+  KernelKey fc1 = layer_key(r.spec, r.arch);
+  fc1.kind = KernelKind::prefill_fc1;
+  const double per_expert = static_cast<double>(std::max(r.tokens, 1)) * r.spec.top_k / r.spec.experts;
+  fc1.warps = 8;
+  fc1.ntiles = prefill_ntiles(per_expert);
+  fc1.min_blocks = 1;
+  KernelKey fc2 = fc1;
+  fc2.kind = KernelKind::prefill_fc2;
+  for (KernelKey* k : {&fc1, &fc2}) {
+    k->depth = 1;
+    while (k->depth < 7 && (k->depth + 2) * stage_bytes(*k) + 1024 <= 200 * 1024) ++k->depth;
+  }
+  // MOEJIT_PREFILL_TILE_FC1 / _FC2 override the tiles, for sweeps (both must keep one ntiles).
+  if (r.tuning.prefill_tile_fc1) r.tuning.prefill_tile_fc1->apply(fc1);
+  if (r.tuning.prefill_tile_fc2) r.tuning.prefill_tile_fc2->apply(fc2);
+  p.kernels = {route_key(r.spec, r.arch), fc1.normalized(), fc2.normalized()};
+  if (p.kernels[1].ntiles != p.kernels[2].ntiles)
+    throw Error(fmt::format("prefill plan: FC1 {} and FC2 {} must share one token tile (FC1 writes FC2's blocks)",
+                            p.kernels[1].str(), p.kernels[2].str()));
+  return p;
+}
+
+}  // namespace
+
+const KernelFamily kPrefillFamily{"prefill", kKinds, Family::prefill, normalize, threads, dynamic_smem,
+                                  ctas_per_sm, source, plan,          kMaxTokens};
+
+}  // namespace moejit::detail

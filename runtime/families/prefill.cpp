@@ -1,0 +1,89 @@
+// Prefill family host side: after the route kernel, the gather (tile table and the layer input's token-
+// tile blocks), FC1, FC2 and the top-k combine, each a programmatic dependent of the kernel before it
+// (each waits for its predecessor before reading its outputs). FC1 and FC2 are persistent: one CTA per SM
+// (or fewer when the bound on their work units is smaller) walking the units the tile table holds. The
+// gather's grid is sized from the token count alone (no host sync): one CTA per (tile, 8 chunks) of an
+// upper bound on the tile count; CTAs past the real count exit (templates/moe_prefill.cuh).
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "moejit/error.hpp"
+#include "moejit/generator.hpp"
+#include "runtime/families/families.hpp"
+#include "runtime/kernel_params.hpp"
+#include "runtime/launch.hpp"
+
+namespace moejit::detail {
+
+namespace {
+
+// The gather's chunks per CTA (generator/families/prefill.cpp: kGatherChunksPerCta).
+constexpr long long kGatherChunksPerCta = 8;
+
+// At most (pairs + slots * (tile - 1)) / tile tiles: each of at most `slots` active experts rounds its
+// pairs up to a whole tile.
+long long max_tiles(const ForwardContext& ctx, const KernelKey& key) {
+  const LayerSpec& spec = ctx.layer.spec();
+  const long long pairs = static_cast<long long>(ctx.args.tokens) * spec.top_k;
+  const long long slots = std::min<long long>(pairs, spec.experts);
+  const long long tile = 8LL * key.ntiles;
+  return (pairs + slots * (tile - 1)) / tile;
+}
+
+// One CTA per SM, or one per unit of the bound when it is smaller.
+unsigned persistent_grid(const ForwardContext& ctx, const KernelKey& key, int rows) {
+  const long long groups = (rows / 16 + key.warps - 1) / key.warps;
+  return static_cast<unsigned>(std::clamp<long long>(max_tiles(ctx, key) * groups, 1, std::max(ctx.sm_count, 1)));
+}
+
+}  // namespace
+
+void launch_prefill(const ForwardContext& ctx) {
+  const std::vector<KernelKey>& k = ctx.plan.kernels;
+  if (k.size() != 3 || k[0].kind != KernelKind::route || k[1].kind != KernelKind::prefill_fc1 ||
+      k[2].kind != KernelKind::prefill_fc2)
+    throw Error(fmt::format("prefill plan: expected the route kernel, FC1 and FC2, got {}", ctx.plan.describe()));
+  const KernelKey& fc1_key = k[1];
+  const KernelKey& fc2_key = k[2];
+  if (fc1_key.ntiles != fc2_key.ntiles)
+    throw Error(fmt::format("prefill plan: FC1 {} and FC2 {} must share one token tile (FC1 writes FC2's blocks)",
+                            fc1_key.str(), fc2_key.str()));
+  const LayerSpec& spec = ctx.layer.spec();
+  if (ctx.args.tokens == 0) return;
+  launch_route(ctx, k[0]);
+  const long long tiles = max_tiles(ctx, fc1_key);
+  PrefillFc1Params p1{};
+  set_fc1_common(p1, ctx);
+  p1.xb = ctx.args.workspace + ctx.ws.partial;
+  p1.tiles = ctx.args.workspace + ctx.ws.tiles;
+  p1.max_tiles = static_cast<i32>(tiles);
+  p1.row_pair = ctx.args.workspace + ctx.ws.row_pair;
+  p1.row_weight = ctx.args.workspace + ctx.ws.row_weight;
+  p1.topk_weights = ctx.args.topk_weights;
+  const unsigned gather_y = static_cast<unsigned>(((spec.hidden + 63) / 64 + kGatherChunksPerCta - 1) / kGatherChunksPerCta);
+  launch(ctx.modules.function(fc1_key, ctx.stream, "_gather"),
+         LaunchShape{static_cast<unsigned>(tiles), gather_y, 1, 256, 0}, ctx.stream, &p1,
+         /*programmatic_dependent=*/true);
+  launch(ctx.modules.function(fc1_key, ctx.stream),
+         LaunchShape{persistent_grid(ctx, fc1_key, spec.intermediate), 1, 1,
+                     static_cast<unsigned>(kernel_threads(fc1_key)), static_cast<unsigned>(kernel_dynamic_smem(fc1_key))},
+         ctx.stream, &p1, /*programmatic_dependent=*/true);
+  PrefillFc2Params p2{};
+  set_fc2_common(p2, ctx);
+  p2.tiles = p1.tiles;
+  p2.row_pair = p1.row_pair;
+  p2.row_weight = p1.row_weight;
+  launch(ctx.modules.function(fc2_key, ctx.stream),
+         LaunchShape{persistent_grid(ctx, fc2_key, spec.hidden), 1, 1, static_cast<unsigned>(kernel_threads(fc2_key)),
+                     static_cast<unsigned>(kernel_dynamic_smem(fc2_key))},
+         ctx.stream, &p2, /*programmatic_dependent=*/true);
+  // Four outputs per thread, a grid-stride loop over at most 16 CTAs of 256 threads per SM.
+  const long long quads = static_cast<long long>(ctx.args.tokens) * (spec.hidden / 4);
+  const unsigned combine_grid =
+      static_cast<unsigned>(std::clamp<long long>((quads + 255) / 256, 1, 16LL * std::max(ctx.sm_count, 1)));
+  launch(ctx.modules.function(fc2_key, ctx.stream, "_combine"), LaunchShape{combine_grid, 1, 1, 256, 0}, ctx.stream,
+         &p2, /*programmatic_dependent=*/true);
+}
+
+}  // namespace moejit::detail

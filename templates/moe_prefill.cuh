@@ -1,0 +1,441 @@
+// Prefill family (large M, sm_90a): persistent, warp-specialized warpgroup-MMA kernels.
+//
+// A forward is route -> gather -> FC1 -> FC2 -> combine. The route kernel lists each active expert's
+// pairs; the gather (FC1's module, entry _gather) cuts every expert's pairs into token tiles of kN and
+// writes the tile table and the layer input of each tile as "token-tile blocks"; FC1 writes its output in
+// the same blocks, so both FC kernels read their B operand (the tile's tokens) with one bulk copy per
+// 64-wide K chunk.
+//
+// Token-tile blocks of a K-long operand: tile t holds R = roundup(pairs in the tile, 8) rows starting at
+// row_base(t) (the rows of the slots before it, each slot's pairs rounded up to 8, plus the tile's first
+// pair within its slot); its chunk c is R rows of 128 bytes at element (row_base * chunks + c * R) * 64,
+// row r's 16-byte piece j stored at piece j ^ (r % 8) (the warpgroup MMA's 128-byte swizzle, so the
+// shared-memory copy is the B operand as it lands), each row in MMA column order (fc1_epilogue.cuh
+// mma_k_position: the prepared weights' K order within a k16 block). Rows past the tile's pairs are zero.
+// So a layer's blocks take at most pairs + 7 x active experts rows whatever the tile width.
+//
+// The FC kernels: one CTA per SM walks work units (tile, row group) in turn (unit = CTA id + i * grid).
+// Warpgroup kWarps / 4 is the producer: its first warp moves each chunk's B block, kWarps slabs of prepared weights and their
+// scales into a ring of kStages shared-memory stages with bulk copies that complete on the stage's "full"
+// mbarrier; warps 0..kWarps-1 (kWarps / 4 consumer warpgroups) decode their slab's FP4 into the A
+// registers of m64nNk16 wgmmas against the stage's B, and release the stage on its "empty" mbarrier once
+// the MMAs that read it are done. No CTA-wide barrier in the loop: the producer runs ahead across units
+// (so the next unit's copies overlap this unit's epilogue) while the consumers compute.
+//
+// A tile whose pairs fit in half of kN runs on wgmmas of half the width, and every tile's B copies move
+// only its rows, so an expert's last, partly filled tile costs about what it holds, not a whole tile.
+//
+// Every sum has a fixed order (K in chunk order in the accumulators, the top-k in slot order in the
+// combine), so results are bit-reproducible whatever the scheduling.
+#pragma once
+#include "bulk_copy.cuh"
+#include "fc1_epilogue.cuh"
+#include "moe_prefill_params.cuh"
+#include "slab_mma.cuh"
+#include "token_tiles.cuh"
+#include "topk_combine.cuh"
+#include "wgmma.cuh"
+
+// One stage of the ring: the B block (kN rows of 128 bytes, 1024-aligned), then each consumer warp's
+// weight runs (kMats x 32 lanes x 16 bytes) and scale bytes, rounded up to 1024 bytes. The generator's
+// dynamic_smem (generator/families/prefill.cpp) mirrors it: kStages stages and 1024 bytes of alignment
+// slack.
+template <bool kNvfp4, int kMats, int kWarps, int kN>
+struct PrefillStage {
+  static constexpr int kScaleChunk = ScaleGeometry<kNvfp4>::kBytesPerChunk;
+  static constexpr int kBBytes = kN * 128;
+  static constexpr int kWeightBytes = kWarps * kMats * 512;
+  static constexpr int kUsed = kBBytes + kWeightBytes + kWarps * kMats * kScaleChunk;
+  static constexpr int kBytes = (kUsed + 1023) / 1024 * 1024;
+};
+
+// The element offset of (row r, MMA-order column k) of a token-tile block.
+MOEJIT_DEVICE u32 tile_block_offset(int r, int k) {
+  const int byte = 2 * k;
+  return (u32)(r * 64 + ((((byte >> 4) ^ (r & 7)) << 4) + (byte & 15)) / 2);
+}
+
+// The tile table's entry for a unit's tile: the tile's expert, first pair within its slot, the slot's pair
+// count and list, the pairs in the tile, its rows (rounded up to 8) and the first of them in the blocks.
+struct PrefillTile {
+  int expert, first, count, in_tile, rows;
+  size_t row_base;
+  const i32* pairs;
+};
+
+template <int kN>
+MOEJIT_DEVICE PrefillTile prefill_tile(const i32* tiles, const RoutingArgs& r, int tile) {
+  const int slot = tiles[1 + 3 * tile], first = tiles[2 + 3 * tile], row_base = tiles[3 + 3 * tile];
+  const int off = r.active_offset[slot], count = r.active_offset[slot + 1] - off;
+  const int in_tile = min(kN, count - first);
+  return PrefillTile{r.active_expert[slot], first, count, in_tile, (in_tile + 7) & ~7, (size_t)row_base,
+                     r.pair_index + off};
+}
+
+// The first block row of a slot: the pairs of the slots before it, each slot's rounded up to 8. Called by
+// the 32 lanes of one warp; every lane returns it.
+MOEJIT_DEVICE int slot_row_base(const RoutingArgs& r, int slot) {
+  int rows = 0;
+  for (int s = lane_id(); s < slot; s += 32) rows += (r.active_offset[s + 1] - r.active_offset[s] + 7) & ~7;
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) rows += __shfl_xor_sync(0xffffffffu, rows, d);
+  return rows;
+}
+
+// The gather: CTA (t, y) fills chunks y*kPerCta.. of tile t's block of the layer input; CTA (t, 0) writes
+// the tile's table entry and its rows' pairs and top-k weights (FC2's epilogue), CTA (0, 0) the tile count.
+// Each thread stores one 16-byte piece of MMA column order from a k16 block of the row's true-K order.
+template <int kH, int kN, int kPerCta>
+__device__ void moe_prefill_gather(const PrefillFc1Params& p) {
+  constexpr int kChunks = (kH + 63) / 64;
+  pdl_wait_primary();  // the route kernel's lists
+  pdl_launch_dependents();
+  const int t_index = blockIdx.x;
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x < 32) {
+    const int total = token_tile_count<kN>(p.route);
+    if (threadIdx.x == 0) p.tiles[0] = total;
+  }
+  const BatchTile t = batch_tile<kN, 1>(p.route, t_index);
+  if (t.slot < 0) return;
+  __shared__ int row_base;
+  if (threadIdx.x < 32) {
+    const int base = slot_row_base(p.route, t.slot) + t.first;
+    if (threadIdx.x == 0) {
+      row_base = base;
+      if (blockIdx.y == 0) {
+        p.tiles[1 + 3 * t_index] = t.slot;
+        p.tiles[2 + 3 * t_index] = t.first;
+        p.tiles[3 + 3 * t_index] = base;
+      }
+    }
+  }
+  const int in_tile = min(kN, t.count - t.first), rows_in_block = (in_tile + 7) & ~7;
+  __shared__ const u16* rows[kN];
+  for (int r = threadIdx.x; r < kN; r += blockDim.x)
+    rows[r] = r < in_tile ? p.x + (size_t)(t.pairs[t.first + r] / p.route.top_k) * kH : nullptr;
+  __syncthreads();
+  if (blockIdx.y == 0)
+    for (int r = threadIdx.x; r < rows_in_block; r += blockDim.x) {
+      const int q = r < in_tile ? t.pairs[t.first + r] : -1;
+      p.row_pair[row_base + r] = q;
+      p.row_weight[row_base + r] = q >= 0 ? p.topk_weights[q] : 0.f;
+    }
+  const int c0 = blockIdx.y * kPerCta;
+  const int items = min(kPerCta, kChunks - c0) * rows_in_block * 8;  // (chunk, row, 16-byte piece)
+  u16* const tile_blocks = p.xb + (size_t)row_base * kChunks * 64;
+  for (int it = threadIdx.x; it < items; it += blockDim.x) {
+    // Adjacent threads store the two pieces of one k16 block (one 32-byte sector); each loads the block.
+    const int h = it & 1, b = (it >> 1) & 3, r = (it >> 3) % rows_in_block, c = c0 + (it >> 3) / rows_in_block;
+    u32x4 lo{0u, 0u, 0u, 0u}, hi{0u, 0u, 0u, 0u};
+    if (rows[r] && (kH % 64 == 0 || c * 64 + b * 16 < kH)) {
+      const u32x4* src = reinterpret_cast<const u32x4*>(rows[r] + c * 64 + b * 16);
+      lo = src[0];
+      hi = src[1];
+    }
+    u16* block = tile_blocks + (size_t)c * rows_in_block * 64;
+    *reinterpret_cast<u32x4*>(block + tile_block_offset(r, b * 16 + 8 * h)) =
+        h ? u32x4{lo.y, lo.w, hi.y, hi.w} : u32x4{lo.x, lo.z, hi.x, hi.z};
+  }
+}
+
+// The ring's barriers: full[s] (one arrival, the producer's, plus the copies' bytes) and empty[s] (one
+// arrival per consumer warp).
+template <int kStages>
+struct PrefillBarriers {
+  u32 base;  // shared address of full[0]; empty[s] follows the kStages full barriers
+  MOEJIT_DEVICE u32 full(int s) const { return base + 8 * s; }
+  MOEJIT_DEVICE u32 empty(int s) const { return base + 8 * (kStages + s); }
+};
+
+// Ring position, shared by producer and consumers' walks: the stage and the parity of its current use.
+template <int kStages>
+struct RingCursor {
+  int stage = 0;
+  u32 phase = 0;
+  MOEJIT_DEVICE void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
+// The producer warp's copies of one unit: per chunk, every lane waits for the stage to be empty, lane 0
+// announces the stage's bytes on full and copies the tile's B block (`rows` rows; the stage's rows past
+// them keep stale values, which reach only MMA columns whose results are dropped), and the other lanes
+// copy one consumer warp's weight run or scale bytes each, so the copies go out in one or two
+// instructions. Slabs past the matrix copy the last one (their rows are dropped).
+template <bool kNvfp4, int kChunks, int kMats, int kSlabs, int kWarps, int kN, int kStages>
+MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w, const u8* s, int expert, int group,
+                                   u32 ring, const PrefillBarriers<kStages>& bars, RingCursor<kStages>& cur) {
+  using Stage = PrefillStage<kNvfp4, kMats, kWarps, kN>;
+  const int lane = lane_id();
+  const u32 bytes = rows * 128 + kWarps * kMats * (512 + Stage::kScaleChunk);
+#pragma unroll 1
+  for (int c = 0; c < kChunks; ++c) {
+    mbarrier_wait(bars.empty(cur.stage), cur.phase ^ 1u);
+    const u32 full = bars.full(cur.stage), at = ring + cur.stage * Stage::kBytes;
+#pragma unroll
+    for (int i = lane; i < 1 + 2 * kWarps; i += 32) {
+      if (i == 0) {
+        mbarrier_arrive_expect_tx(full, bytes);
+        bulk_copy_to_shared(at, b_blocks + (size_t)c * rows * 64, rows * 128, full);
+      } else {
+        const int wi = (i - 1) % kWarps;
+        const size_t slab = (size_t)expert * kSlabs + min(group * kWarps + wi, kSlabs - 1);
+        if (i <= kWarps)
+          bulk_copy_to_shared(at + Stage::kBBytes + wi * kMats * 512, w + (slab * kChunks + c) * kMats * 32, kMats * 512,
+                              full);
+        else
+          bulk_copy_to_shared(at + Stage::kBBytes + Stage::kWeightBytes + wi * kMats * Stage::kScaleChunk,
+                              s + (slab * kChunks + c) * kMats * Stage::kScaleChunk, kMats * Stage::kScaleChunk, full);
+      }
+    }
+    cur.advance();
+  }
+}
+
+// The consumers' product of one unit: acc[m] = this warp's slab rows of matrix m x the tile's kNW
+// columns, over K = 64 kChunks. Per chunk: wait for the stage, load the warp's weight run and scales,
+// then per k16 step decode into a two-slot A ring (the slot's last reader, step j - 2, done: wgmma_wait<1>)
+// and issue the step's kMats wgmmas as one group. Chunk c - 1's stage is released at chunk c's second
+// step, once every MMA of chunk c - 1 is done.
+template <bool kNvfp4, int kChunks, int kMats, int kWarps, int kN, int kNW, int kStages, bool kRawB>
+MOEJIT_DEVICE void prefill_consume(u32 ring, const u8* ring_ptr, const PrefillBarriers<kStages>& bars,
+                                   RingCursor<kStages>& cur, float (&acc)[kMats][kNW / 2]) {
+  using SG = ScaleGeometry<kNvfp4>;
+  using Stage = PrefillStage<kNvfp4, kMats, kWarps, kN>;
+  constexpr int kStepsPerBlock = kNvfp4 ? 1 : 2;  // MXFP4 blocks span two k16 steps
+  const int lane = lane_id(), warp = threadIdx.x >> 5, g = lane >> 2;
+#pragma unroll
+  for (int m = 0; m < kMats; ++m)
+#pragma unroll
+    for (int i = 0; i < kNW / 2; ++i) acc[m][i] = 0.f;
+  u32 ar[2][kMats][4];
+  int prev = -1;
+#pragma unroll 1
+  for (int c = 0; c < kChunks; ++c) {
+    const int stage = cur.stage;
+    mbarrier_wait(bars.full(stage), cur.phase);
+    const u8* at = ring_ptr + stage * Stage::kBytes;
+    const u32x4* wr = reinterpret_cast<const u32x4*>(at + Stage::kBBytes) + warp * kMats * 32 + lane;
+    const u8* sr = at + Stage::kBBytes + Stage::kWeightBytes + warp * kMats * Stage::kScaleChunk + g * SG::kBytesPerLane;
+    u32x4 wc[kMats];
+    u32x2 sc[kMats];
+    u32 sg[kMats], sg8[kMats];
+#pragma unroll
+    for (int m = 0; m < kMats; ++m) {
+      wc[m] = wr[m * 32];
+      sc[m] = kNvfp4 ? *reinterpret_cast<const u32x2*>(sr + m * Stage::kScaleChunk)
+                     : u32x2{*reinterpret_cast<const u32*>(sr + m * Stage::kScaleChunk), 0u};
+    }
+    const u64 desc = wgmma_desc_k_sw128(ring + stage * Stage::kBytes);
+#pragma unroll
+    for (int st = 0; st < 4; ++st) {
+      const int slot = st & 1;
+#pragma unroll
+      for (int m = 0; m < kMats; ++m)
+        if (st % kStepsPerBlock == 0)
+          batch_row_scales<kNvfp4, kBatchScaleShift<kRawB>>(sc[m], st / kStepsPerBlock, sg[m], sg8[m]);
+      wgmma_wait<1>();  // step j - 2's MMAs, the last to read this slot, are done
+      if (st == 1 && prev >= 0) {
+        if (lane == 0) mbarrier_arrive(bars.empty(prev));  // every MMA of the previous chunk is done
+        prev = -1;
+      }
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) {
+        const u32 word = st == 0 ? wc[m].x : st == 1 ? wc[m].y : st == 2 ? wc[m].z : wc[m].w;
+        u32* r = ar[slot][m];
+        fp4_decode_word(word, ar[slot][m]);
+        r[0] = bf16x2_mul(r[0], sg[m]);
+        r[1] = bf16x2_mul(r[1], sg8[m]);
+        r[2] = bf16x2_mul(r[2], sg[m]);
+        r[3] = bf16x2_mul(r[3], sg8[m]);
+      }
+      wgmma_fence();
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) wgmma_rs(acc[m], ar[slot][m], desc + (u64)(2 * st));
+      wgmma_commit();
+    }
+    prev = stage;
+    cur.advance();
+  }
+  wgmma_wait<0>();
+  if (lane == 0 && prev >= 0) mbarrier_arrive(bars.empty(prev));
+}
+
+// Calls f(col, i, r) for each of this lane's accumulators i of a kNW-column product: col the token row
+// within the tile, r the row within the warp's 16-row slab.
+template <int kNW, typename F>
+MOEJIT_DEVICE void for_each_tile_result(F f) {
+  const int lane = lane_id(), g = lane >> 2, c4 = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < kNW / 8; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) f(nt * 8 + 2 * c4 + (i & 1), nt * 4 + i, g + (i >> 1) * 8);
+}
+
+// Registers per thread: the producer warpgroup keeps 40 and the consumer warpgroups take what that frees.
+// A CTA holds the registers of its launch bound: per scheduler one warp of each warpgroup, each at the cap
+// ptxas gives kWarpgroups + 1 warpgroups (the 512 registers per lane of a scheduler shared among them, in
+// multiples of 8, at most 255), and setmaxnreg.inc waits until the CTA's pool can give what it asks.
+inline constexpr int kPrefillProducerRegs = 40;
+constexpr int prefill_consumer_regs(int consumer_warpgroups) {
+  const int launch_cap = (512 / (consumer_warpgroups + 1) > 255 ? 255 : 512 / (consumer_warpgroups + 1)) / 8 * 8;
+  const int r = ((consumer_warpgroups + 1) * launch_cap - kPrefillProducerRegs) / consumer_warpgroups / 8 * 8;
+  return r > 256 ? 256 : r;
+}
+
+// The shared skeleton of both FC kernels: barriers, the producer's and the consumers' walks over the
+// units, the half-width choice per tile. Every consumer warp calls preload(t, slab) before a unit's product
+// (its loads are in flight while the product runs) and epilogue(t, slab, acc, preloaded) after it (kNW
+// columns, either width), also for slabs past the matrix (slab >= kSlabs). Each walker reads the next
+// unit's tile entry before working on the current one, so those dependent loads are off the path too.
+template <bool kNvfp4, int kChunks, int kMats, int kSlabs, int kWarps, int kN, int kStages, bool kRawB, class Preload,
+          class Epilogue>
+MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const u16* b_base, const u32x4* w, const u8* s,
+                              Preload preload, Epilogue epilogue) {
+  constexpr int kGroups = (kSlabs + kWarps - 1) / kWarps;
+  static_assert(kWarps % 4 == 0, "whole consumer warpgroups");
+  static_assert(kN % 16 == 0 && kN <= 256, "a tile of 16..256 tokens, halves of whole n8 blocks");
+  extern __shared__ __align__(16) u8 prefill_ring[];
+  __shared__ __align__(8) u64 barrier_words[2 * kStages];
+  const u32 smem_base = shared_address(prefill_ring);
+  const u32 ring = (smem_base + 1023u) & ~1023u;
+  const u8* ring_ptr = prefill_ring + (ring - smem_base);
+  const PrefillBarriers<kStages> bars{shared_address(barrier_words)};
+  const int warp = threadIdx.x >> 5;
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < kStages; ++st) {
+      mbarrier_init(bars.full(st), 1);
+      mbarrier_init(bars.empty(st), kWarps);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+  pdl_wait_primary();  // the tile table and the B blocks
+  pdl_launch_dependents();
+  const int units = tiles[0] * kGroups;
+  RingCursor<kStages> cur;
+  if (warp >= kWarps) {
+    warpgroup_release_registers<kPrefillProducerRegs>();
+    if (warp != kWarps) return;
+    PrefillTile next = blockIdx.x < units ? prefill_tile<kN>(tiles, route, blockIdx.x / kGroups) : PrefillTile{};
+    for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+      const PrefillTile t = next;
+      if (unit + gridDim.x < units) next = prefill_tile<kN>(tiles, route, (unit + gridDim.x) / kGroups);
+      prefill_produce<kNvfp4, kChunks, kMats, kSlabs, kWarps, kN, kStages>(b_base + t.row_base * kChunks * 64, t.rows, w,
+                                                                           s, t.expert, unit % kGroups, ring, bars, cur);
+    }
+    return;
+  }
+  warpgroup_claim_registers<prefill_consumer_regs(kWarps / 4)>();
+  PrefillTile next = blockIdx.x < units ? prefill_tile<kN>(tiles, route, blockIdx.x / kGroups) : PrefillTile{};
+  for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+    const PrefillTile t = next;
+    if (unit + gridDim.x < units) next = prefill_tile<kN>(tiles, route, (unit + gridDim.x) / kGroups);
+    const int slab = unit % kGroups * kWarps + warp;
+    const auto pre = preload(t, slab);
+    if (t.in_tile <= kN / 2) {
+      float acc[kMats][kN / 4];
+      prefill_consume<kNvfp4, kChunks, kMats, kWarps, kN, kN / 2, kStages, kRawB>(ring, ring_ptr, bars, cur, acc);
+      epilogue(t, slab, acc, pre);
+    } else {
+      float acc[kMats][kN / 2];
+      prefill_consume<kNvfp4, kChunks, kMats, kWarps, kN, kN, kStages, kRawB>(ring, ring_ptr, bars, cur, acc);
+      epilogue(t, slab, acc, pre);
+    }
+  }
+}
+
+// FC1: act block of tile t = activation(x . W13[e]^T + b13[e]) as bf16 times 2^64 in MMA column order, zero
+// in the rows past the tile's pairs and in the columns past I.
+template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kH, int kI, int kWarps, int kN, int kStages>
+__device__ void moe_prefill_fc1(const PrefillFc1Params& p) {
+  constexpr int kMats = kAct == kActRelu2 ? 1 : 2;
+  constexpr int kChunks = (kH + 63) / 64, kIChunks = (kI + 63) / 64;
+  constexpr int kSlabs = kI / 16;
+  // The unit's output multipliers and this lane's bias values (rows g and g + 8 of gate and up).
+  struct Fc1Preload {
+    float gs, gs_up, bias[2][2];
+  };
+  auto preload = [&](const PrefillTile& t, int slab) {
+    Fc1Preload pre{};
+    const int gi = global_scale_index<kMats>(t.expert);
+    pre.gs = wgmma_output_scale<kNvfp4, true>(p.gscale, gi);
+    pre.gs_up = kMats == 2 ? wgmma_output_scale<kNvfp4, true>(p.gscale, gi + 1) : pre.gs;
+    if (kBias && slab < kSlabs)
+#pragma unroll
+      for (int m = 0; m < kMats; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          pre.bias[m][h] = p.bias[((size_t)t.expert * kMats + m) * kI + slab * 16 + (lane_id() >> 2) + 8 * h];
+    return pre;
+  };
+  auto epilogue = [&](const PrefillTile& t, int slab, const auto& acc, const Fc1Preload& pre) {
+    constexpr int kNW = 2 * (int)(sizeof(acc[0]) / sizeof(float));
+    // Slabs past I that fall in its last chunk store zeros: FC2 multiplies them by its K padding.
+    if (slab >= kIChunks * 4) return;
+    for_each_tile_result<kNW>([&](int col, int i, int r) {
+      const int row = slab * 16 + r;
+      u16 v = 0;
+      if (col < t.in_tile && slab < kSlabs) {
+        float gate = acc[0][i] * pre.gs, up = kMats == 2 ? acc[kMats - 1][i] * pre.gs_up : 0.f;
+        if (kBias) {
+          gate += pre.bias[0][r >> 3];
+          if (kMats == 2) up += pre.bias[1][r >> 3];
+        }
+        v = f32_to_bf16(apply_activation<kAct, kLimit>(gate, up, p.alpha, p.beta, p.limit) * kActScale);
+      }
+      if (col >= t.rows) return;
+      u16* block = p.act + (t.row_base * kIChunks + (size_t)(row / 64) * t.rows) * 64;
+      block[tile_block_offset(col, (row % 64) / 16 * 16 + mma_k_position(row % 16))] = v;
+    });
+  };
+  prefill_fc<kNvfp4, kChunks, kMats, kSlabs, kWarps, kN, kStages, true>(p.tiles, p.route, p.xb, p.w, p.s, preload,
+                                                                        epilogue);
+}
+
+// FC2: partial[q, :] = w_q * (act[q] . W2[e]^T + b2[e]) in fp32 for every pair; moe_topk_combine sums them.
+template <bool kNvfp4, bool kBias, int kH, int kI, int kWarps, int kN, int kStages>
+__device__ void moe_prefill_fc2(const PrefillFc2Params& p) {
+  constexpr int kChunks = (kI + 63) / 64;
+  constexpr int kSlabs = kH / 16;
+  // The unit's output multiplier, this lane's bias values (rows g and g + 8) and the pair and top-k
+  // weight of each column it holds (the gather's row table; pair -1 past the tile's pairs).
+  struct Fc2Preload {
+    float gs, bias[2];
+    int pair[kN / 4];
+    float weight[kN / 4];
+  };
+  auto preload = [&](const PrefillTile& t, int slab) {
+    Fc2Preload pre{};
+    pre.gs = wgmma_output_scale<kNvfp4, false>(p.gscale, t.expert);
+    if (kBias && slab < kSlabs)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) pre.bias[h] = p.bias[(size_t)t.expert * kH + slab * 16 + (lane_id() >> 2) + 8 * h];
+    const int c4 = lane_id() & 3;
+#pragma unroll
+    for (int j = 0; j < kN / 4; ++j) {
+      const int col = (j >> 1) * 8 + 2 * c4 + (j & 1);
+      pre.pair[j] = col < t.rows ? p.row_pair[t.row_base + col] : -1;
+      pre.weight[j] = col < t.rows ? p.row_weight[t.row_base + col] : 0.f;
+    }
+    return pre;
+  };
+  auto epilogue = [&](const PrefillTile& t, int slab, const auto& acc, const Fc2Preload& pre) {
+    constexpr int kNW = 2 * (int)(sizeof(acc[0]) / sizeof(float));
+    if (slab >= kSlabs) return;
+    for_each_tile_result<kNW>([&](int col, int i, int r) {
+      const int j = (i >> 2) * 2 + (i & 1);  // this lane's column index: n-tile i / 4, column parity i % 2
+      const int q = pre.pair[j];
+      if (q < 0) return;
+      const int row = slab * 16 + r;
+      float y = acc[0][i] * pre.gs;
+      if (kBias) y += pre.bias[r >> 3];
+      p.partial[(size_t)q * kH + row] = pre.weight[j] * y;
+    });
+  };
+  prefill_fc<kNvfp4, kChunks, 1, kSlabs, kWarps, kN, kStages, false>(p.tiles, p.route, p.act, p.w, p.s, preload,
+                                                                     epilogue);
+}

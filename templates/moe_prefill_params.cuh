@@ -1,0 +1,42 @@
+// Parameters of the prefill family's kernels (moe_prefill.cuh).
+#pragma once
+#include "kernel_params.cuh"
+#include "routing_params.cuh"
+
+MOEJIT_PARAMS_BEGIN
+
+// The gather kernel and FC1 (one module: FC1's entry and its _gather entry take the same struct).
+struct PrefillFc1Params {
+  MOEJIT_PTR(const u32x4) w;       // prepared FC1 weights (docs/WEIGHT_LAYOUT.md)
+  MOEJIT_PTR(const u8) s;          // prepared FC1 scales
+  MOEJIT_PTR(const float) gscale;  // NVFP4: [E][2] (gate, up) for two matrices, [E] for one; MXFP4: null
+  MOEJIT_PTR(const float) bias;    // [E][mats][I] or null
+  MOEJIT_PTR(const u16) x;         // [M][H] bf16
+  MOEJIT_PTR(u16) xb;              // the gather's output: x in token-tile blocks (moe_prefill.cuh)
+  MOEJIT_PTR(u16) act;             // FC1's output in token-tile blocks, bf16 times 2^64
+  MOEJIT_PTR(i32) tiles;           // [1 + 3 * max_tiles]: tile count, then (slot, first pair, row base) per tile
+  MOEJIT_PTR(i32) row_pair;        // per block row: its pair q, or -1 (rows past a tile's pairs)
+  MOEJIT_PTR(float) row_weight;    // per block row: its pair's top-k weight, or 0
+  MOEJIT_PTR(const float) topk_weights;  // [M*K]
+  float alpha, beta, limit;
+  i32 max_tiles;                   // the grid's bound on the tile count
+  RoutingArgs route;               // the route kernel's lists
+};
+
+struct PrefillFc2Params {
+  MOEJIT_PTR(const u32x4) w;       // prepared FC2 weights
+  MOEJIT_PTR(const u8) s;          // prepared FC2 scales
+  MOEJIT_PTR(const float) gscale;  // [E] (NVFP4) or null
+  MOEJIT_PTR(const float) bias;    // [E][H] or null
+  MOEJIT_PTR(const u16) act;       // FC1's output in token-tile blocks
+  MOEJIT_PTR(const i32) tiles;     // the gather's tile table
+  MOEJIT_PTR(const i32) row_pair;  // the gather's row table
+  MOEJIT_PTR(const float) row_weight;
+  MOEJIT_PTR(const float) topk_weights;  // [M*K]
+  MOEJIT_PTR(float) partial;       // [M*K][H] fp32, row q, summed by the combine
+  MOEJIT_PTR(u16) out;             // [M][H] bf16 (the combine)
+  i32 tokens;
+  RoutingArgs route;
+};
+
+MOEJIT_PARAMS_END
