@@ -78,6 +78,11 @@ MOEJIT_DEVICE void bulk_copy_to_shared(u32 dst, const void* src, u32 bytes, u32 
 MOEJIT_DEVICE void cp_async_16(u32 dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
+// One arrival on the barrier, made when every cp.async this thread issued before it has landed (the
+// barrier's expected arrivals must count it: noinc).
+MOEJIT_DEVICE void cp_async_mbarrier_arrive(u32 bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
 MOEJIT_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 MOEJIT_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 // Waits until at most kPending of this thread's committed groups are still in flight.

@@ -15,9 +15,9 @@
 // So a layer's blocks take at most pairs + 7 x active experts rows whatever the tile width.
 //
 // The FC kernels: one CTA per SM walks work units (tile, row group) in turn (unit = CTA id + i * grid).
-// Warpgroup kWarps / 4 is the producer: its first warp moves each chunk's B block, kWarps slabs of prepared weights and their
-// scales into a ring of kStages shared-memory stages with bulk copies that complete on the stage's "full"
-// mbarrier; warps 0..kWarps-1 (kWarps / 4 consumer warpgroups) decode their slab's FP4 into the A
+// Warpgroup kWarps / 4 is the producer: its first warp moves each chunk's B block (one bulk copy), kWarps
+// slabs of prepared weights and their scales (cp.async pieces) into a ring of kStages shared-memory
+// stages, all completing on the stage's "full" mbarrier; warps 0..kWarps-1 (kWarps / 4 consumer warpgroups) decode their slab's FP4 into the A
 // registers of m64nNk16 wgmmas against the stage's B, and release the stage on its "empty" mbarrier once
 // the MMAs that read it are done. No CTA-wide barrier in the loop: the producer runs ahead across units
 // (so the next unit's copies overlap this unit's epilogue) while the consumers compute.
@@ -138,8 +138,8 @@ __device__ void moe_prefill_gather(const PrefillFc1Params& p) {
   }
 }
 
-// The ring's barriers: full[s] (one arrival, the producer's, plus the copies' bytes) and empty[s] (one
-// arrival per consumer warp).
+// The ring's barriers: full[s] (the producer's announcement of the B block's bytes and one arrival per
+// producer lane when its weight and scale pieces have landed) and empty[s] (one arrival per consumer warp).
 template <int kStages>
 struct PrefillBarriers {
   u32 base;  // shared address of full[0]; empty[s] follows the kStages full barriers
@@ -160,37 +160,43 @@ struct RingCursor {
   }
 };
 
-// The producer warp's copies of one unit: per chunk, every lane waits for the stage to be empty, lane 0
-// announces the stage's bytes on full and copies the tile's B block (`rows` rows; the stage's rows past
-// them keep stale values, which reach only MMA columns whose results are dropped), and the other lanes
-// copy one consumer warp's weight run or scale bytes each, so the copies go out in one or two
-// instructions. Slabs past the matrix copy the last one (their rows are dropped).
+// The producer warp's copies of one unit: per chunk, every lane waits for the stage to be empty; lane 0
+// announces the B block's bytes on full and copies it in one bulk copy (`rows` rows; the stage's rows past
+// them keep stale values, which reach only MMA columns whose results are dropped); the 32 lanes copy the
+// consumer warps' weight runs and scale bytes in 16-byte cp.async pieces and each arrives on full when
+// its pieces have landed. Bulk copies of the small runs (one per slab and kind, 17 per stage) bounded the
+// kernel by the copy engine's requests; cp.async spreads them over the lanes. Slabs past the matrix copy
+// the last one (their rows are dropped).
 template <bool kNvfp4, int kChunks, int kMats, int kSlabs, int kWarps, int kN, int kStages>
 MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w, const u8* s, int expert, int group,
                                    u32 ring, const PrefillBarriers<kStages>& bars, RingCursor<kStages>& cur) {
   using Stage = PrefillStage<kNvfp4, kMats, kWarps, kN>;
+  constexpr int kRunPieces = kMats * 32;                         // 16-byte pieces of one slab's chunk run
+  constexpr int kScalePieces = kMats * Stage::kScaleChunk / 16;  // and of its scale bytes
   const int lane = lane_id();
-  const u32 bytes = rows * 128 + kWarps * kMats * (512 + Stage::kScaleChunk);
+  const u8* wb = reinterpret_cast<const u8*>(w);
 #pragma unroll 1
   for (int c = 0; c < kChunks; ++c) {
     mbarrier_wait(bars.empty(cur.stage), cur.phase ^ 1u);
     const u32 full = bars.full(cur.stage), at = ring + cur.stage * Stage::kBytes;
-#pragma unroll
-    for (int i = lane; i < 1 + 2 * kWarps; i += 32) {
-      if (i == 0) {
-        mbarrier_arrive_expect_tx(full, bytes);
-        bulk_copy_to_shared(at, b_blocks + (size_t)c * rows * 64, rows * 128, full);
-      } else {
-        const int wi = (i - 1) % kWarps;
-        const size_t slab = (size_t)expert * kSlabs + min(group * kWarps + wi, kSlabs - 1);
-        if (i <= kWarps)
-          bulk_copy_to_shared(at + Stage::kBBytes + wi * kMats * 512, w + (slab * kChunks + c) * kMats * 32, kMats * 512,
-                              full);
-        else
-          bulk_copy_to_shared(at + Stage::kBBytes + Stage::kWeightBytes + wi * kMats * Stage::kScaleChunk,
-                              s + (slab * kChunks + c) * kMats * Stage::kScaleChunk, kMats * Stage::kScaleChunk, full);
-      }
+    if (lane == 0) {
+      mbarrier_arrive_expect_tx(full, rows * 128);
+      bulk_copy_to_shared(at, b_blocks + (size_t)c * rows * 64, rows * 128, full);
     }
+#pragma unroll
+    for (int i = lane; i < kWarps * kRunPieces; i += 32) {
+      const int wi = i / kRunPieces, piece = i % kRunPieces;
+      const size_t slab = (size_t)expert * kSlabs + min(group * kWarps + wi, kSlabs - 1);
+      cp_async_16(at + Stage::kBBytes + i * 16, wb + ((slab * kChunks + c) * kRunPieces + piece) * 16, 16);
+    }
+#pragma unroll
+    for (int i = lane; i < kWarps * kScalePieces; i += 32) {
+      const int wi = i / kScalePieces, piece = i % kScalePieces;
+      const size_t slab = (size_t)expert * kSlabs + min(group * kWarps + wi, kSlabs - 1);
+      cp_async_16(at + Stage::kBBytes + Stage::kWeightBytes + i * 16,
+                  s + ((slab * kChunks + c) * kScalePieces + piece) * 16, 16);
+    }
+    cp_async_mbarrier_arrive(full);
     cur.advance();
   }
 }
@@ -307,7 +313,7 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
   const int warp = threadIdx.x >> 5;
   if (threadIdx.x == 0) {
     for (int st = 0; st < kStages; ++st) {
-      mbarrier_init(bars.full(st), 1);
+      mbarrier_init(bars.full(st), 1 + 32);  // the B block's announcement, then every producer lane's copies
       mbarrier_init(bars.empty(st), kWarps);
     }
     mbarrier_init_fence();
