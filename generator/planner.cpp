@@ -24,13 +24,22 @@ int batch_from_tokens(const LayerSpec& spec) {
   return std::clamp(std::max(by_pairs, detail::kInlineRouteMaxPairs / spec.top_k + 1), 1, kDecodeMaxTokens + 1);
 }
 
+int prefill_from_tokens(const LayerSpec& spec, Arch arch) {
+  if (arch != Arch::sm_90a) return kMaxTokens + 1;
+  constexpr double kPairsPerExpert = 96;
+  const int by_pairs = static_cast<int>(std::ceil(kPairsPerExpert * spec.experts / spec.top_k));
+  return std::clamp(std::max(by_pairs, batch_from_tokens(spec)), 1, kMaxTokens + 1);
+}
+
 Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Family force,
                const TuningOverrides& tuning) {
   spec.validate();
   if (tokens < 0) throw Error(fmt::format("tokens must be >= 0, got {}", tokens));
   if (tokens > kMaxTokens) throw Error(fmt::format("a forward serves at most {} tokens, asked for {}", kMaxTokens, tokens));
-  const Family family =
-      force != Family::automatic ? force : tokens >= batch_from_tokens(spec) ? Family::batch : Family::decode;
+  const Family family = force != Family::automatic               ? force
+                        : tokens >= prefill_from_tokens(spec, arch) ? Family::prefill
+                        : tokens >= batch_from_tokens(spec)         ? Family::batch
+                                                                    : Family::decode;
   const detail::KernelFamily& f = detail::planned_family(family);
   if (tokens > f.max_tokens)
     throw Error(fmt::format("the {} family serves at most {} tokens, asked for {}", f.name, f.max_tokens, tokens));

@@ -744,7 +744,8 @@ TEST_CASE("the batch family: planned past the cutover, forced anywhere, keys nor
   CHECK(from == 192);  // about 6 pairs per expert for gpt-oss-120b's 12.4 MB experts (measured cutover)
   for (int m : {from, 4096, kMaxTokens}) {
     INFO("M=" << m);
-    const Plan p = tuned_plan(s, Arch::sm_90a, m, 132);
+    // Forced past prefill_from_tokens, where the automatic plan on sm_90a is the prefill family.
+    const Plan p = tuned_plan(s, Arch::sm_90a, m, 132, m == from ? Family::automatic : Family::batch);
     CHECK(p.family == Family::batch);
     REQUIRE(p.kernels.size() == 3);
     CHECK(p.kernels[0].kind == KernelKind::route);
@@ -872,3 +873,66 @@ TEST_CASE("the batch family: planned past the cutover, forced anywhere, keys nor
   d.wgmma = true;
   CHECK_FALSE(d.normalized().wgmma);  // other kinds ignore it
 }
+
+TEST_CASE("the prefill family: planned on sm_90a from 96 pairs per expert, forced anywhere, keys normalized",
+          "[planner][keys][prefill]") {
+  ScopedEnv env{"MOEJIT_PREFILL_TILE_FC1", "MOEJIT_PREFILL_TILE_FC2"};
+  const LayerSpec s = gptoss();  // 4 of 128 experts per token: p = M / 32
+  const int from = prefill_from_tokens(s, Arch::sm_90a);
+  CHECK(from == 3072);
+  CHECK(prefill_from_tokens(s, Arch::sm_120a) == kMaxTokens + 1);
+  CHECK(prefill_from_tokens(s, Arch::sm_121a) == kMaxTokens + 1);
+  CHECK(tuned_plan(s, Arch::sm_90a, from - 1, 132).family == Family::batch);
+  for (int m : {from, 16384, kMaxTokens}) {
+    INFO("M=" << m);
+    const Plan p = tuned_plan(s, Arch::sm_90a, m, 132);
+    CHECK(p.family == Family::prefill);
+    REQUIRE(p.kernels.size() == 3);
+    CHECK(p.kernels[0].kind == KernelKind::route);
+    CHECK(p.kernels[1].kind == KernelKind::prefill_fc1);
+    CHECK(p.kernels[2].kind == KernelKind::prefill_fc2);
+    // 128-pair tiles, two consumer warpgroups, one persistent CTA per SM, rings as deep as 200 KiB allow.
+    CHECK(p.kernels[1].ntiles == 16);
+    CHECK(p.kernels[2].ntiles == 16);
+    CHECK(p.kernels[1].warps == 8);
+    CHECK(p.kernels[1].min_blocks == 1);
+    CHECK(kernel_threads(p.kernels[1]) == 8 * 32 + 128);
+    CHECK(kernel_dynamic_smem(p.kernels[1]) <= 200 * 1024 + 1024);
+    CHECK(kernel_dynamic_smem(p.kernels[2]) <= 200 * 1024 + 1024);
+    CHECK(p.kernels[1].depth >= 3);
+    // Each key survives its string form.
+    for (const KernelKey& k : p.kernels) CHECK(KernelKey::parse(k.str()) == k);
+    CHECK(tuned_plan(s, Arch::sm_120a, m, 188).family == Family::batch);
+  }
+  // Forced below the cutover: narrower tiles for fewer pairs per expert.
+  CHECK(make_plan(s, Arch::sm_90a, 64, 132, Family::prefill).kernels.at(1).ntiles == 4);
+  CHECK(make_plan(s, Arch::sm_90a, 1500, 132, Family::prefill).kernels.at(1).ntiles == 8);
+  // sm_120a has no warpgroup MMA: forcing the family there fails with the reason.
+  CHECK_THROWS_WITH(make_plan(s, Arch::sm_120a, 4096, 188, Family::prefill),
+                    Catch::Contains("sm_90a's warpgroup MMA only"));
+  // Key rules: whole consumer warpgroups, even tiles, one CTA per SM, a ring that fits.
+  KernelKey k = make_plan(s, Arch::sm_90a, 4096, 132).kernels.at(1);
+  k.warps = 6;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("consumer warpgroups"));
+  k.warps = 8;
+  k.ntiles = 15;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("even number of n8 blocks"));
+  k.ntiles = 32;
+  k.depth = 8;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("exceed"));
+  k.ntiles = 16;
+  k.depth = 3;
+  k.min_blocks = 2;
+  CHECK(k.normalized().min_blocks == 1);
+  // Overrides: tiles up to 32 n8 blocks without the warpgroup-MMA flag, FC1 and FC2 sharing one width.
+  ::setenv("MOEJIT_PREFILL_TILE_FC1", "w4n32d2", 1);
+  ::setenv("MOEJIT_PREFILL_TILE_FC2", "w4n32d3", 1);
+  const Plan o = make_plan(s, Arch::sm_90a, 4096, 132, Family::automatic, TuningOverrides::from_environment());
+  CHECK(o.kernels.at(1).ntiles == 32);
+  CHECK(o.kernels.at(1).warps == 4);
+  CHECK(o.kernels.at(2).depth == 3);
+  ::setenv("MOEJIT_PREFILL_TILE_FC2", "w4n16d3", 1);
+  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 4096, 132, Family::automatic, TuningOverrides::from_environment()),
+                    Catch::Contains("share one token tile"));
+}
+

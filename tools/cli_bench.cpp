@@ -381,7 +381,7 @@ void write_bench_json(const BenchReport& r, const std::string& path) {
 int cmd_bench(int argc, char** argv) {
   static const CommandSpec spec{
       "bench",
-      "--config NAME|PATH [--tokens LIST] [--replays N] [--flush read|write] [--family auto|decode|batch] [--json PATH]\n"
+      "--config NAME|PATH [--tokens LIST] [--replays N] [--flush read|write] [--family auto|decode|batch|prefill] [--json PATH]\n"
       "      [--dense on|off] [--seed N] [--jobs N]",
       "time layers in CUDA graphs",
       "Times forward for each M inside a CUDA graph with a cold L2 (a scratch buffer of 2x the L2 size is read, or\n"
@@ -398,7 +398,7 @@ int cmd_bench(int argc, char** argv) {
        {"replays", "N", "timed graph replays per M (default 100)"},
        {"flush", "read|write", "how the L2 is emptied before each replay: read (default) or write 2x the L2 size"},
        {"dense", "on|off", "measure the dense bf16 ceiling (default on; off skips its GEMMs)"},
-       {"family", "F", "auto (default), decode or batch: force a kernel family (fails if it cannot serve M)"},
+       {"family", "F", "auto (default), decode, batch or prefill: force a kernel family (fails if it cannot serve M)"},
        {"json", "PATH", "also write the rows as JSON"},
        {"seed", "N", "random seed (default 1)"},
        {"jobs", "N", "prewarm worker processes (default: number of CPUs)"}},

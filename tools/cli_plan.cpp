@@ -58,7 +58,7 @@ void print_plan_table(const LayerSpec& spec, Arch arch, int sm_count, const std:
 int cmd_plan(int argc, char** argv) {
   static const CommandSpec spec = with_checkpoint_options(CommandSpec{
       "plan",
-      "--config NAME|PATH [--arch ARCH] [--sm-count N] [--max-tokens N] [--tokens LIST] [--family auto|decode|batch]",
+      "--config NAME|PATH [--arch ARCH] [--sm-count N] [--max-tokens N] [--tokens LIST] [--family auto|decode|batch|prefill]",
       "show the planner's choice for each M",
       "Prints, for each token count M, the kernel family and the kernel keys (in launch order) the planner picks\n"
       "for the config's local layer; consecutive M with the same plan are merged into a range. Pure host code:\n"
@@ -68,7 +68,7 @@ int cmd_plan(int argc, char** argv) {
        {"sm-count", "N", "SM count (default: the GPU's, else the architecture's usual GPU: 132 sm_90a, 148 sm_100a, 188 sm_120a, 48 sm_121a)"},
        {"max-tokens", "N", "show M = 1..N (default 64)"},
        {"tokens", "LIST", "show these M instead, e.g. 1,2,4 or 1-8,16"},
-       {"family", "F", "force a family: auto (default), decode or batch"}},
+       {"family", "F", "force a family: auto (default), decode, batch or prefill"}},
       {}}, false, "[--arch ARCH] [--sm-count N] [--max-tokens N] [--tokens LIST]");
   Args args(spec, argc, argv, 2);
   if (args.help()) {

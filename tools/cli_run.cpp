@@ -46,7 +46,7 @@ int cmd_run(int argc, char** argv) {
   static const CommandSpec spec = with_checkpoint_options(
       CommandSpec{
           "run",
-          "--layer L.safetensors --input I.safetensors --output O.safetensors [--check] [--family auto|decode|batch]",
+          "--layer L.safetensors --input I.safetensors --output O.safetensors [--check] [--family auto|decode|batch|prefill]",
           "run one layer",
           fmt::format(
               "Runs one MoE layer on the GPU: the layer file holds the logical weights (DESIGN §3: w13/w1, w2, scales,\n"
@@ -66,7 +66,7 @@ int cmd_run(int argc, char** argv) {
            {"tokens", "M", "with --checkpoint and no --input: random tokens to run (default 4)"},
            {"seed", "S", "with --checkpoint and no --input: seed of the random tokens (default 1)"},
            {"check", "", "compare with the CPU reference (tolerance above); exit 1 when outside it"},
-           {"family", "F", "auto (default), decode or batch: force a kernel family (fails if it cannot serve M)"}},
+           {"family", "F", "auto (default), decode, batch or prefill: force a kernel family (fails if it cannot serve M)"}},
           {}},
       true, "--layer N [--input I.safetensors | --tokens M --seed S] [--output O.safetensors] [--check]");
   Args args(spec, argc, argv, 2);

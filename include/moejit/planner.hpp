@@ -29,6 +29,11 @@ inline constexpr int kMaxTokens = 65536;
 // top_k <= 128), and at most kDecodeMaxTokens + 1. Pure function of a valid spec's geometry (experts,
 // top_k, hidden, intermediate, activation); thread-safe; does not throw.
 int batch_from_tokens(const LayerSpec& spec);
+// From this many tokens on, the automatic plan on `arch` is the prefill family: sm_90a only (its kernels
+// run on warpgroup MMA), from 96 pairs per expert on average (perf-log v34: faster than the batch family
+// from there, slower at 32 and below), and never before batch_from_tokens. kMaxTokens + 1 where the
+// family is never planned. Pure and thread-safe; does not throw for a valid spec.
+int prefill_from_tokens(const LayerSpec& spec, Arch arch);
 
 // The kernels of a forward of `tokens` tokens. Pure and thread-safe: the same arguments always give the
 // same plan. Throws moejit::Error for an invalid spec, tokens outside [0, kMaxTokens], or a forced family
