@@ -67,9 +67,14 @@ MOEJIT_DEVICE SlabOperands slab_operands(const u32x4* w, const u8* s, const floa
   const size_t slab_index = (size_t)e * kSlabs + slab;
   const int g = global_scale_index<kMats>(e);
   const float gs = kNvfp4 ? gscale[g] * kAccScale : kAccScale;
+  CsfSlab csf{nullptr, nullptr, 0u};
+  if (kCsf) {
+    // FC1: a list per slab (both matrices); one-matrix planes: a list per two slabs (csf_scales.cuh).
+    const size_t list = kMats == 2 ? slab_index : (size_t)e * ((kSlabs + 1) / 2) + slab / 2;
+    csf = CsfSlab{s_base + slab_index * kMats * 16, s_exc, __ldg(s_exc + list) | (kMats == 2 ? 0u : (u32)(slab & 1) << 31)};
+  }
   return SlabOperands{w + slab_index * kChunks * kMats * 32 + lane_id(), s + slab_index * kChunks * kMats * kScaleBytes, gs,
-                      kNvfp4 && kMats == 2 ? gscale[g + 1] * kAccScale : gs,
-                      CsfSlab{kCsf ? s_base + slab_index * kMats * 16 : nullptr, s_exc, (u32)(slab_index * kMats)}};
+                      kNvfp4 && kMats == 2 ? gscale[g + 1] * kAccScale : gs, csf};
 }
 
 // Chunks of K part `part` when a slab's kChunks chunks are dealt to kParts parts in turn (chunk c to
@@ -230,11 +235,9 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   };
 #pragma unroll
   for (int j = 0; j < kDepth; ++j) issue(j, BoolTag<true>{});
-  // CSF: the slab's base bytes and list cursors, loaded while the first chunks are in flight; c_now is
-  // the chunk the next step computes (the exception records name chunks of the slab).
-  CsfReader<kNvfp4, kMats> csf_reader;
-  if constexpr (kCsf) csf_reader.begin(csf, g);
-  int c_now = part;
+  // CSF: the slab's base bytes and list cursor, loaded while the first chunks are in flight.
+  CsfReader<kNvfp4, kMats, kParts> csf_reader;
+  if constexpr (kCsf) csf_reader.begin(csf, g, part);
   // Weights never depend on the previous kernel, so a programmatic dependent waits only here, after
   // its first loads are in flight and before touching the previous kernel's outputs (b_rows).
   if (wait_primary_after_prefetch) {
@@ -332,9 +335,15 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
     issue_x(kPrefetchX ? (j + 1) % kRing % kXRing : j, checked);
     if (kPinLoads) asm volatile("bar.warp.sync -1;" ::: "memory");
     u32x2 sc[kMats];
+    if constexpr (kCsf) {
+      u32 words[kMats];
 #pragma unroll
-    for (int m = 0; m < kMats; ++m) sc[m] = kCsf ? csf_reader.scales(sq[j][m].x, m, c_now, g, csf.exc) : sq[j][m];
-    c_now += kParts;
+      for (int m = 0; m < kMats; ++m) words[m] = sq[j][m].x;
+      csf_reader.scales(words, sc, csf.exc);
+    } else {
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) sc[m] = sq[j][m];
+    }
     // Staged pieces are already times 2^64.
     chunk_mma<kNvfp4, kMats, kNT, kCols, kScaleB && !kStageX>(wq[j], sc, live_tiles, acc, [&](int nt, int st) {
       // Without the ring each step loads its own piece right here (fewer live registers).

@@ -73,8 +73,8 @@ struct SlabStreamRing {
     constexpr int kStagesPerSlab = (kChunks + kStageChunks - 1) / kStageChunks;
     const int lane = lane_id(), g = lane >> 2, kofs = 4 * (lane & 3);
     zero_accumulators(acc);
-    CsfReader<kNvfp4, kMats> csf_reader;
-    if constexpr (kCsf) csf_reader.begin(csf, g);
+    CsfReader<kNvfp4, kMats, kWarps> csf_reader;  // a warp's chunks are kWarps apart
+    if constexpr (kCsf) csf_reader.begin(csf, g, warp);
 #pragma unroll 1
     for (int st = 0; st < kStagesPerSlab; ++st, ++n) {
       const u32 idx = n % kStages;
@@ -88,7 +88,7 @@ struct SlabStreamRing {
           for (int m = 0; m < kMats; ++m)
             oq[i][m] = kChunks % kStageChunks != 0 && c >= kChunks
                            ? 0u
-                           : CsfReader<kNvfp4, kMats>::load(csf_offsets + (c * kMats + m) * CG::kBytesPerChunk +
+                           : CsfReader<kNvfp4, kMats, kWarps>::load(csf_offsets + (c * kMats + m) * CG::kBytesPerChunk +
                                                              g * CG::kLaneStride);
         }
       }
@@ -113,13 +113,12 @@ struct SlabStreamRing {
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
           wc[m] = ld_shared_16(stage + (local * kMats + m) * 512 + lane * 16);
-          if constexpr (kCsf) {
-            sc[m] = csf_reader.scales(oq[i][m], m, c, g, csf.exc);
-          } else {
+          if constexpr (!kCsf) {
             const u32 sa = stage + kWeightBytes + (local * kMats + m) * SG::kBytesPerChunk + g * SG::kBytesPerLane;
             sc[m] = kNvfp4 ? ld_shared_8(sa) : u32x2{ld_shared_4(sa), 0u};
           }
         }
+        if constexpr (kCsf) csf_reader.scales(oq[i], sc, csf.exc);
         chunk_mma<kNvfp4, kMats, kNT, kCols, kScaleB>(wc, sc, live_tiles, acc, [&](int nt, int s4) { return xc[nt][s4]; });
       }
       __syncwarp();

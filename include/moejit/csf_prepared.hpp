@@ -23,7 +23,11 @@ struct PreparedScaleGeometry {
   int order = 0;         // FC1 gate/up order of the logical rows: 0 gate_up, 1 up_gate, 2 interleaved
   int chunks() const { return (k + 63) / 64; }
   int block() const { return scale_block(format); }
-  int64_t lists() const { return static_cast<int64_t>(experts) * slabs * mats; }
+  // Exception lists: one per slab of a two-matrix plane (both matrices), one per two slabs of a
+  // one-matrix plane (the slabs 2p and 2p + 1 FC2-sum reads together).
+  int64_t lists() const {
+    return static_cast<int64_t>(experts) * (mats == 2 ? slabs : (slabs + 1) / 2);
+  }
   // Bytes of the plain prepared plane (the repack kernel's output).
   size_t plain_bytes() const;
   // Logical row of prepared row r (0..16*slabs-1) of matrix mat.
@@ -39,7 +43,8 @@ struct PreparedCsfPlane {
   std::vector<uint8_t> offsets;  // [E][slabs][chunks][mats][prepared_csf_chunk_bytes]
   std::vector<uint8_t> base;     // [E][slabs][mats][8 row groups][2 rows]
   // List starts [lists + 1] (indices into this array), then each list's records
-  // (chunk << 16 | g << 11 | i << 8 | byte, by chunk) and its sentinel.
+  // (chunk << 16 | m << 14 | g << 11 | i << 8 | byte, by chunk; m: the matrix, or the slab's parity for
+  // a one-matrix plane) and its sentinel.
   std::vector<uint32_t> exc;
   size_t bytes() const { return offsets.size() + base.size() + 4 * exc.size(); }
   int64_t records(const PreparedScaleGeometry& g) const;  // records other than the sentinels
