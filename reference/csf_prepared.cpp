@@ -67,7 +67,7 @@ const uint8_t* offsets_of(const PreparedScaleGeometry& g, const uint8_t* offsets
 }  // namespace
 
 size_t PreparedScaleGeometry::plain_bytes() const {
-  return static_cast<size_t>(lists()) * chunks() * 8 * lane_bytes(format);
+  return static_cast<size_t>(experts) * slabs * mats * chunks() * 8 * lane_bytes(format);
 }
 
 int PreparedScaleGeometry::logical_row(int mat, int r) const {
