@@ -76,6 +76,19 @@ int PreparedScaleGeometry::logical_row(int mat, int r) const {
   return mat * slabs * 16 + r;
 }
 
+PreparedScaleGeometry fc1_prepared_geometry(const LayerSpec& spec) {
+  const bool gated = is_gated(spec.activation);
+  const int order = !gated                                             ? 0
+                    : spec.gate_up_order == GateUpOrder::up_gate     ? 1
+                    : spec.gate_up_order == GateUpOrder::interleaved ? 2
+                                                                      : 0;
+  return {spec.format, spec.experts, spec.intermediate / 16, gated ? 2 : 1, spec.hidden, spec.fc1_rows(), order};
+}
+
+PreparedScaleGeometry fc2_prepared_geometry(const LayerSpec& spec) {
+  return {spec.format, spec.experts, spec.hidden / 16, 1, spec.intermediate, spec.hidden, 0};
+}
+
 int prepared_csf_chunk_bytes(ScaleFormat format) { return format == ScaleFormat::nvfp4 ? 32 : 4; }
 
 int64_t PreparedCsfPlane::records(const PreparedScaleGeometry& g) const {

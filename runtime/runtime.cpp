@@ -179,10 +179,9 @@ std::shared_ptr<PreparedLayer> Runtime::prepare(const HostLayer& layer, const Pr
   std::shared_ptr<PreparedLayer> prepared = prepare(v, nullptr);
   PreparedLayerImpl& impl = const_cast<PreparedLayerImpl&>(impl_of(*prepared));
   const LayerSpec& spec = layer.spec;
-  auto csf_plane = [&](bool held_as_csf, const std::vector<uint8_t>& plain, const detail::PlaneGeometry& pg, int rows,
-                       int order, PreparedLayerImpl::CsfBuffers& out) {
+  auto csf_plane = [&](bool held_as_csf, const std::vector<uint8_t>& plain, const PreparedScaleGeometry& g,
+                       PreparedLayerImpl::CsfBuffers& out) {
     if (options.scales == ScaleReads::plain || (options.scales == ScaleReads::automatic && !held_as_csf)) return false;
-    const PreparedScaleGeometry g{spec.format, pg.experts, pg.slabs, pg.mats, pg.k, rows, order};
     PreparedCsfPlane p = build_prepared_csf(g, plain.data());
     // Incompressible planes stay plain: the kernels would read more, and more records.
     if (options.scales == ScaleReads::automatic && p.bytes() >= g.plain_bytes()) return false;
@@ -191,14 +190,8 @@ std::shared_ptr<PreparedLayer> Runtime::prepare(const HostLayer& layer, const Pr
     out.exc = DeviceBuffer::from(p.exc);
     return true;
   };
-  const int order = !is_gated(spec.activation)                        ? 0
-                    : spec.gate_up_order == GateUpOrder::up_gate     ? 1
-                    : spec.gate_up_order == GateUpOrder::interleaved ? 2
-                                                                      : 0;
-  impl.fc1_csf = csf_plane(layer.w13_scale_csf.has_value(), fc1_plain, detail::fc1_geometry(spec), spec.fc1_rows(),
-                           order, impl.fc1_csf_s);
-  impl.fc2_csf = csf_plane(layer.w2_scale_csf.has_value(), fc2_plain, detail::fc2_geometry(spec), spec.hidden, 0,
-                           impl.fc2_csf_s);
+  impl.fc1_csf = csf_plane(layer.w13_scale_csf.has_value(), fc1_plain, fc1_prepared_geometry(spec), impl.fc1_csf_s);
+  impl.fc2_csf = csf_plane(layer.w2_scale_csf.has_value(), fc2_plain, fc2_prepared_geometry(spec), impl.fc2_csf_s);
   in.restore();
   return prepared;
 }

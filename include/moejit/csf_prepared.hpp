@@ -34,6 +34,10 @@ struct PreparedScaleGeometry {
   int logical_row(int mat, int r) const;
 };
 
+// The prepared planes of a layer: FC1's (gate/up order of the spec) and FC2's.
+PreparedScaleGeometry fc1_prepared_geometry(const LayerSpec& spec);
+PreparedScaleGeometry fc2_prepared_geometry(const LayerSpec& spec);
+
 // Bytes of offsets per (chunk, matrix): NVFP4 32 (4 per row group), MXFP4 4 (a nibble per row group).
 int prepared_csf_chunk_bytes(ScaleFormat format);
 // The terminating record of every exception list.
