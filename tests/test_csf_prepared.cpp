@@ -79,6 +79,99 @@ TEST_CASE("prepared csf: exact round trip to the plain prepared bytes, every geo
   }
 }
 
+namespace {
+// The decode kernels' walk (templates/csf_scales.cuh CsfReader, slab_operands' list and m bit): warp
+// `part` of kParts takes chunks part, part + kParts, ... of a slab of `mats` kernel matrices (FC1's two
+// matrices, or FC2-sum's two adjacent slabs of a one-matrix plane), keeps a cursor and the chunks until
+// its record, and each lane of row group g rebuilds its bytes. Written as the device code is, with the
+// warp's 32 lanes as a loop; returns the plain prepared bytes it rebuilt, in prepared_plain_scales' order.
+std::vector<uint8_t> kernel_walk(const PreparedScaleGeometry& g, const PreparedCsfPlane& p, int parts, bool pairs) {
+  const bool nv = g.format == ScaleFormat::nvfp4;
+  const int chunks = g.chunks(), cb = prepared_csf_chunk_bytes(g.format), lb = nv ? 8 : 4;
+  std::vector<uint8_t> out(g.plain_bytes());
+  const int kmats = g.mats == 2 ? 2 : pairs ? 2 : 1;  // matrices of the kernel's slab
+  const int step = g.mats == 2 || !pairs ? 1 : 2;
+  for (int e = 0; e < g.experts; ++e)
+    for (int slab = 0; slab + (kmats == 2 && g.mats == 1 ? 1 : 0) < g.slabs; slab += step)
+      for (int part = 0; part < parts; ++part)
+        for (int lane = 0; lane < 32; ++lane) {
+          const int grp = lane >> 2;
+          const int64_t slab_index = static_cast<int64_t>(e) * g.slabs + slab;
+          const int64_t list = g.mats == 2 ? slab_index : static_cast<int64_t>(e) * ((g.slabs + 1) / 2) + slab / 2;
+          const uint32_t start = p.exc[static_cast<size_t>(list)] | (g.mats == 2 ? 0u : static_cast<uint32_t>(slab & 1) << 31);
+          const size_t base_at = static_cast<size_t>(slab_index * g.mats) * 16;
+          uint32_t cursor = start;
+          int gap = static_cast<int>(p.exc[cursor & 0x7FFFFFFFu] >> 16) - part;
+          for (int c = part; c < chunks; c += parts) {
+            for (int m = 0; m < kmats; ++m) {
+              const size_t b = base_at + 16 * m;
+              const uint32_t pattern = (p.base[b + 2 * grp] | static_cast<uint32_t>(p.base[b + 2 * grp + 1]) << 8) * 0x00010001u;
+              // Matrix m's offsets: the next matrix of the chunk, or the next slab's run.
+              const size_t at = static_cast<size_t>(((slab_index + (g.mats == 1 ? m : 0)) * chunks + c) * g.mats +
+                                                    (g.mats == 2 ? m : 0)) * cb + (nv ? 4 * grp : 0);
+              const uint32_t w = p.offsets[at] | p.offsets[at + 1] << 8 | p.offsets[at + 2] << 16 |
+                                 static_cast<uint32_t>(p.offsets[at + 3]) << 24;
+              uint32_t x, y = 0;
+              if (nv) {
+                x = (w & 0x0F0F0F0Fu) + pattern;
+                y = ((w >> 4) & 0x0F0F0F0Fu) + pattern;
+              } else {
+                x = ((((w >> (lane & 0x1C)) & 0xFu) * 0x00204081u) & 0x01010101u) + pattern;
+              }
+              // Records (only where gap <= 0; the device applies them to all matrices at once).
+              if (gap <= 0) {
+                const uint32_t who = kmats == 2 ? static_cast<uint32_t>(grp) : grp | (cursor >> 31) << 3;
+                uint32_t cur = cursor;
+                uint32_t r = p.exc[cur & 0x7FFFFFFFu];
+                const uint32_t cc = (r >> 16) - static_cast<uint32_t>(gap);
+                REQUIRE(cc == static_cast<uint32_t>(c));
+                while ((r >> 16) <= cc) {
+                  const uint32_t key = (r >> 11) & 0xFu;
+                  if ((r >> 16) == cc && (kmats == 2 ? (key & 7u) == who : key == who) &&
+                      (kmats == 1 || (key >> 3) == static_cast<uint32_t>(m))) {
+                    const uint32_t i = (r >> 8) & 7u, sh = 8u * (i & 3u);
+                    uint32_t& word = i < 4 ? x : y;
+                    word = (word & ~(0xFFu << sh)) | (r & 0xFFu) << sh;
+                  }
+                  ++cur;
+                  r = p.exc[cur & 0x7FFFFFFFu];
+                }
+                if (m == kmats - 1) {
+                  cursor = cur;
+                  gap = static_cast<int>((r >> 16) - cc);
+                }
+              }
+              const int64_t unit_slab = slab + (g.mats == 1 ? m : 0);
+              for (int i = 0; i < lb; ++i) {
+                const size_t o = static_cast<size_t>(((((static_cast<int64_t>(e) * g.slabs + unit_slab) * chunks + c) * g.mats +
+                                                       (g.mats == 2 ? m : 0)) * 8 + grp) * lb + i);
+                if (lane % 4 == 0) out[o] = static_cast<uint8_t>((i < 4 ? x : y) >> (8 * (i & 3)));
+              }
+            }
+            gap -= parts;
+          }
+        }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("prepared csf: the kernels' walk over K parts rebuilds every plain byte", "[csf][prepared]") {
+  for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4})
+    for (int mats : {2, 1})
+      for (const char* kind : {"spread", "random"}) {
+        const PreparedScaleGeometry g = geometry(f, 2, 4, mats, 64 * 7 + (f == ScaleFormat::nvfp4 ? 16 : 32));
+        const std::vector<uint8_t> logical = logical_plane(g, kind, 11);
+        const PreparedCsfPlane p = build_prepared_csf(g, logical.data());
+        const std::vector<uint8_t> want = prepared_plain_scales(g, logical.data());
+        for (int parts : {1, 2, 3, 8})
+          for (bool pairs : {false, true}) {
+            if (pairs && mats == 2) continue;
+            INFO(to_string(f) << " mats " << mats << " " << kind << " parts " << parts << " slab pairs " << pairs);
+            CHECK(kernel_walk(g, p, parts, pairs) == want);
+          }
+      }
+}
+
 TEST_CASE("prepared csf: byte layout the kernels read (nibbles, bits, bases, records)", "[csf][prepared]") {
   SECTION("nvfp4: the lane word's low nibbles are plain bytes 0..3, the high nibbles bytes 4..7") {
     // One expert, one slab, one matrix, one chunk: plain prepared byte (g, i) is row g + 8 (i % 2),
