@@ -32,7 +32,7 @@ std::string KernelKey::str() const {
                         (slabs != 1 ? fmt::format("s{}", slabs) : "") +
                         (columns != 8 ? fmt::format("c{}", columns) : "") +
                         (l2_ahead != 0 ? fmt::format("f{}", l2_ahead) : "") + (x_staged ? "x" : "") +
-                        (wgmma ? "m" : "");
+                        (wgmma ? "m" : "") + (csf_scales != 0 ? fmt::format("z{}", csf_scales) : "");
   return fmt::format("{}:{}:{}:{}:{}:E{}:H{}:I{}:w{}n{}d{}o{}{}:b{}:l{}:i{}", to_string(kind), to_string(arch),
                      to_string(format), to_string(activation), to_string(precision), experts, hidden,
                      intermediate, warps, ntiles, depth, min_blocks, p, bias ? 1 : 0, limit ? 1 : 0,
@@ -83,6 +83,11 @@ KernelKey KernelKey::parse(std::string_view s) {
   k.hidden = parse_prefixed(p[6], 'H', "hidden", s);
   k.intermediate = parse_prefixed(p[7], 'I', "intermediate", s);
   auto tile = p[8];
+  const auto zpos = tile.find('z');
+  if (zpos != std::string_view::npos) {
+    k.csf_scales = parse_int_field(tile.substr(zpos + 1), "csf_scales", s);
+    tile = tile.substr(0, zpos);
+  }
   if (!tile.empty() && tile.back() == 'm') {
     k.wgmma = true;
     tile.remove_suffix(1);
@@ -115,7 +120,7 @@ KernelKey KernelKey::parse(std::string_view s) {
   if (tile.empty() || tile[0] != 'w' || npos == std::string_view::npos || dpos == std::string_view::npos ||
       opos == std::string_view::npos || !(npos < dpos && dpos < opos) ||
       (ppos != std::string_view::npos && ppos < opos))
-    throw Error(fmt::format("kernel key '{}': tile field '{}' must look like w4n1d2o0 (or w8n1d8o2p2, w8n1d1o3p2g2, w16n1d1o1p4s2, w4n1d1o8c4, w8n1d1o4c4f2, w4n1d1o8c4x, w8n16d3o1m)",
+    throw Error(fmt::format("kernel key '{}': tile field '{}' must look like w4n1d2o0 (or w8n1d8o2p2, w8n1d1o3p2g2, w16n1d1o1p4s2, w4n1d1o8c4, w8n1d1o4c4f2, w4n1d1o8c4x, w8n16d3o1m, w4n1d1o8z1)",
                             s, p[8]));
   k.warps = parse_int_field(tile.substr(1, npos - 1), "warps", s);
   k.ntiles = parse_int_field(tile.substr(npos + 1, dpos - npos - 1), "ntiles", s);
@@ -137,6 +142,18 @@ KernelKey KernelKey::normalized() const {
   // The kind's family decides what its kernels ignore and cannot build (generator/families/).
   KernelKey k = *this;
   detail::family_of(kind).normalize(k, *this);
+  // CSF scale planes are read by the decode kernels only: each keeps the bit of the plane it reads.
+  if (k.csf_scales < 0 || k.csf_scales > 3)
+    throw Error(fmt::format("kernel key {}: csf_scales must be in [0, 3] (1 FC1's plane, 2 FC2's)", str()));
+  switch (k.kind) {
+    case KernelKind::decode_fc1:
+    case KernelKind::decode_fc1_loop:
+    case KernelKind::decode_fc1_stream: k.csf_scales &= 1; break;
+    case KernelKind::decode_fc2:
+    case KernelKind::decode_fc2_sum: k.csf_scales &= 2; break;
+    case KernelKind::decode_fused: break;
+    default: k.csf_scales = 0;
+  }
   // DESIGN §1 defines the clamp for silu and swigluoai only.
   if (k.activation != Activation::silu && k.activation != Activation::swigluoai) k.limit = false;
   return k;

@@ -60,4 +60,22 @@ std::string Plan::describe() const {
   return s;
 }
 
+Plan with_csf_scales(Plan plan, int csf_scales) {
+  for (KernelKey& k : plan.kernels) {
+    k.csf_scales = csf_scales;
+    k = k.normalized();
+  }
+  return plan;
+}
+
+std::vector<KernelKey> with_csf_scales(std::vector<KernelKey> keys, int csf_scales) {
+  std::vector<KernelKey> out;
+  for (KernelKey k : keys) {
+    k.csf_scales = csf_scales;
+    k = k.normalized();
+    if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
+  }
+  return out;
+}
+
 }  // namespace moejit

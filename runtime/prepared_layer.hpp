@@ -14,10 +14,22 @@ struct PreparedLayerImpl final : PreparedLayer {
   CUcontext context = nullptr;
   DeviceBuffer fc1_w, fc1_s, fc1_gs, fc1_bias;  // fc1_bias: [E][mats][I] fp32
   DeviceBuffer fc2_w, fc2_s, fc2_gs, fc2_bias;  // fc2_bias: [E][H] fp32
+  // Prepared CSF planes (include/moejit/csf_prepared.hpp) the decode kernels read instead of fc1_s /
+  // fc2_s where fc1_csf / fc2_csf; fc1_s and fc2_s stay for the batch family.
+  struct CsfBuffers {
+    DeviceBuffer offsets, base, exc;
+    size_t bytes() const { return offsets.size() + base.size() + exc.size(); }
+  };
+  CsfBuffers fc1_csf_s, fc2_csf_s;
+  bool fc1_csf = false, fc2_csf = false;
   const LayerSpec& spec() const override { return layer_spec; }
   size_t device_bytes() const override {
     return fc1_w.size() + fc1_s.size() + fc1_gs.size() + fc1_bias.size() + fc2_w.size() + fc2_s.size() + fc2_gs.size() +
-           fc2_bias.size();
+           fc2_bias.size() + fc1_csf_s.bytes() + fc2_csf_s.bytes();
+  }
+  int csf_scales() const override { return (fc1_csf ? 1 : 0) | (fc2_csf ? 2 : 0); }
+  PreparedScaleBytes scale_bytes() const override {
+    return {fc1_s.size(), fc1_csf ? fc1_csf_s.bytes() : 0, fc2_s.size(), fc2_csf ? fc2_csf_s.bytes() : 0};
   }
 };
 

@@ -9,6 +9,7 @@
 #include <new>
 
 #include "moejit/csf_layer.hpp"
+#include "moejit/csf_prepared.hpp"
 #include "moejit/error.hpp"
 #include "runtime/context.hpp"
 #include "runtime/driver_api.hpp"
@@ -146,7 +147,9 @@ std::shared_ptr<PreparedLayer> Runtime::prepare(const DeviceLayerView& layer, St
   return prepared;
 }
 
-std::shared_ptr<PreparedLayer> Runtime::prepare(const HostLayer& layer) {
+std::shared_ptr<PreparedLayer> Runtime::prepare(const HostLayer& layer) { return prepare(layer, PrepareOptions{}); }
+
+std::shared_ptr<PreparedLayer> Runtime::prepare(const HostLayer& layer, const PrepareOptions& options) {
   layer.validate();
   ScopedContext in(impl_->ctx);
   // Upload the logical tensors as they are, then repack on the GPU like a device-resident layer.
@@ -159,18 +162,36 @@ std::shared_ptr<PreparedLayer> Runtime::prepare(const HostLayer& layer) {
     return keep.back().ptr();
   };
   v.w13 = up(layer.w13);
-  // CSF scale planes are expanded to plain bytes on the host before the upload (the documented
-  // fallback of docs/CSF.md until the kernels rebuild scales from the CSF planes themselves).
+  // The plain prepared planes are repacked on the GPU from plain logical bytes (CSF planes expanded on
+  // the host), for the batch family and for planes the decode kernels read plainly; the prepared CSF
+  // planes the decode kernels read are built on the host from the same bytes (docs/CSF.md §8).
   std::vector<uint8_t> fc1_expanded, fc2_expanded;
-  v.w13_scale = up(plain_scale_plane(layer.w13_scale, layer.w13_scale_csf, fc1_expanded));
+  const std::vector<uint8_t>& fc1_plain = plain_scale_plane(layer.w13_scale, layer.w13_scale_csf, fc1_expanded);
+  const std::vector<uint8_t>& fc2_plain = plain_scale_plane(layer.w2_scale, layer.w2_scale_csf, fc2_expanded);
+  v.w13_scale = up(fc1_plain);
   v.w13_global_scale = up(kernel_fc1_global_scale(layer));  // [E, 2] (gate, up) for gated layers
   v.w13_global_scale_gate_up = !v.w13_global_scale ? false : is_gated(layer.spec.activation);
   v.w13_bias = up(layer.w13_bias);
   v.w2 = up(layer.w2);
-  v.w2_scale = up(plain_scale_plane(layer.w2_scale, layer.w2_scale_csf, fc2_expanded));
+  v.w2_scale = up(fc2_plain);
   v.w2_global_scale = up(layer.w2_global_scale);
   v.w2_bias = up(layer.w2_bias);
   std::shared_ptr<PreparedLayer> prepared = prepare(v, nullptr);
+  PreparedLayerImpl& impl = const_cast<PreparedLayerImpl&>(impl_of(*prepared));
+  const LayerSpec& spec = layer.spec;
+  auto csf_plane = [&](bool held_as_csf, const std::vector<uint8_t>& plain, const PreparedScaleGeometry& g,
+                       PreparedLayerImpl::CsfBuffers& out) {
+    if (options.scales == ScaleReads::plain || (options.scales == ScaleReads::automatic && !held_as_csf)) return false;
+    PreparedCsfPlane p = build_prepared_csf(g, plain.data());
+    // Incompressible planes stay plain: the kernels would read more, and more records.
+    if (options.scales == ScaleReads::automatic && p.bytes() >= g.plain_bytes()) return false;
+    out.offsets = DeviceBuffer::from(p.offsets);
+    out.base = DeviceBuffer::from(p.base);
+    out.exc = DeviceBuffer::from(p.exc);
+    return true;
+  };
+  impl.fc1_csf = csf_plane(layer.w13_scale_csf.has_value(), fc1_plain, fc1_prepared_geometry(spec), impl.fc1_csf_s);
+  impl.fc2_csf = csf_plane(layer.w2_scale_csf.has_value(), fc2_plain, fc2_prepared_geometry(spec), impl.fc2_csf_s);
   in.restore();
   return prepared;
 }
@@ -190,14 +211,16 @@ size_t Runtime::workspace_size(const PreparedLayer& layer, int max_tokens) const
 }
 
 Plan Runtime::plan(const PreparedLayer& layer, int tokens, Family force) const {
-  return make_plan(layer.spec(), impl_->arch, tokens, impl_->sms, force, impl_->tuning);
+  return with_csf_scales(make_plan(layer.spec(), impl_->arch, tokens, impl_->sms, force, impl_->tuning),
+                         layer.csf_scales());
 }
 
 void Runtime::prewarm(const PreparedLayer& layer, int max_tokens, Family force) {
   check_max_tokens("prewarm", max_tokens);
   // The repack kernel too, as `moejit prewarm` does, so that prewarm covers every kernel of the layer's
   // spec; preparing the layer on this runtime has loaded it already, and then it is a lookup.
-  std::vector<KernelKey> keys = keys_for_range(layer.spec(), impl_->arch, max_tokens, impl_->sms, force, impl_->tuning);
+  std::vector<KernelKey> keys = with_csf_scales(
+      keys_for_range(layer.spec(), impl_->arch, max_tokens, impl_->sms, force, impl_->tuning), layer.csf_scales());
   const KernelKey prep = prepare_key(impl_->arch);
   if (std::find(keys.begin(), keys.end(), prep) == keys.end()) keys.insert(keys.begin(), prep);
   ScopedContext in(impl_->ctx);
@@ -240,7 +263,8 @@ void Runtime::forward(const PreparedLayer& layer_base, const ForwardArgs& a) {
   if (a.workspace_bytes < ws.total)
     throw Error(fmt::format("forward: workspace has {} bytes but {} tokens need {} (size it with workspace_size)",
                             a.workspace_bytes, a.tokens, ws.total));
-  const Plan plan = make_plan(spec, impl_->arch, a.tokens, impl_->sms, a.force, impl_->tuning);
+  const Plan plan =
+      with_csf_scales(make_plan(spec, impl_->arch, a.tokens, impl_->sms, a.force, impl_->tuning), layer.csf_scales());
   const ForwardContext ctx{layer, a, ws, plan, impl_->modules, static_cast<CUstream>(a.stream), alpha, beta, limit,
                            impl_->sms};
   ScopedContext in(impl_->ctx);

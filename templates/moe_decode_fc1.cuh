@@ -19,15 +19,16 @@ __device__ void moe_decode_fc1_work(const DecodeFc1Params& p, const ExpertWork& 
   constexpr int kStageArea = kStageZeros + kPartChunks * 16;
   __shared__ u32x2 x_stage[kXStaged ? kWarps * kStageArea : 1];
   const int warp = threadIdx.x >> 5;
-  const SlabOperands ops = slab_operands<kNvfp4, kChunks, kMats, kSlabs>(p.w, p.s, p.gscale, work.expert, slab);
+  const SlabOperands ops = slab_operands<kNvfp4, kChunks, kMats, kSlabs, kCsfFc1>(p.w, p.s, p.gscale, work.expert,
+                                                                                    slab, p.s_base, p.s_exc);
 
   for (int pass = 0; pass < work.count; pass += kCols * kNT) {
     const u16* rows[kNT];
     const int live = pass_rows<kNT, kCols>(
         pass, work.count, [&](int t) { return p.x + (size_t)(work.pairs[t] / p.route.top_k) * kH; }, rows);
     float acc[kNT][kMats][4];
-    slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kCols, kDepth, true, kPrefetchX>(ops.w, ops.s, rows, live, acc, false, warp,
-                                                                                     x_stage + (kXStaged ? warp * kStageArea : 0));
+    slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kCols, kDepth, true, kPrefetchX, false, kCsfFc1>(
+        ops.w, ops.s, rows, live, acc, false, warp, x_stage + (kXStaged ? warp * kStageArea : 0), ops.csf);
     reduce_over_warps<kMats, kWarps, kNT>(acc, red);
     if (warp == 0) fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, kCols>(p, work, slab, pass, live, acc, ops.gs,
                                                                                       ops.gs_up);

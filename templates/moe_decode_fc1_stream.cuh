@@ -21,7 +21,7 @@ MOEJIT_DEVICE void fill_fc1_items(const Ring& ring, const DecodeFc1Params& p, co
     const int count = route.offset[slot + 1] - route.offset[slot];
     const size_t slab_index = (size_t)route.expert[slot] * kSlabs + slab;
     const u8* w = reinterpret_cast<const u8*>(p.w + slab_index * kChunks * kMats * 32);
-    const u8* s = p.s + slab_index * kChunks * kMats * Ring::SG::kBytesPerChunk;
+    const u8* s = p.s + slab_index * kChunks * kMats * Ring::SG::kBytesPerChunk;  // unused with CSF scales
     for (int pass = 0; pass < count; pass += kCols * kNT) ring.template fill_slab<kChunks>(w, s, n, policy);
   }
 }
@@ -30,7 +30,8 @@ template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kE, int kH, int kI
 __device__ void moe_decode_fc1_stream(const DecodeFc1Params& p) {
   constexpr int kMats = kAct == kActRelu2 ? 1 : 2;
   constexpr int kSlabs = kI / 16;
-  using Ring = SlabStreamRing<kNvfp4, kMats, kWarps, kStages, kGroup>;
+  using Ring = SlabStreamRing<kNvfp4, kMats, kWarps, kStages, kGroup, 0, kCsfFc1>;
+  constexpr int kChunks = (kH + 63) / 64;
   extern __shared__ __align__(128) u8 stream_smem[];
   __shared__ InlineRouteList route;
   __shared__ float red[kWarps > 1 ? kWarps * kNT * kMats * 4 * 32 : 1];
@@ -64,7 +65,10 @@ __device__ void moe_decode_fc1_stream(const DecodeFc1Params& p) {
       const int live = pass_rows<kNT, kCols>(
           pass, work.count, [&](int t) { return p.x + (size_t)(work.pairs[t] / p.route.top_k) * kH; }, rows);
       float acc[kNT][kMats][4];
-      ring.template mma_slab<kH, kNT, kCols, true>(rows, live, acc, warp, n);
+      // CSF: the slab's offsets and side arrays (the producer copies weights only).
+      const SlabOperands ops =
+          slab_operands<kNvfp4, kChunks, kMats, kSlabs, kCsfFc1>(p.w, p.s, p.gscale, work.expert, slab, p.s_base, p.s_exc);
+      ring.template mma_slab<kH, kNT, kCols, true>(rows, live, acc, warp, n, ops.s, ops.csf);
       reduce_over_warps<kMats, kWarps, kNT>(acc, red);
       if (warp == 0) fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, kCols>(p, work, slab, pass, live, acc, gs, gs_up);
       sync_first_threads<kWarps * 32>();  // red is reused by the next pass

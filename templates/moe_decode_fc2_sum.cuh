@@ -52,15 +52,16 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
     const int slot = u / kParts, part = u % kParts;
     const int e = route.expert[slot];
     const int first = route.offset[slot], count = route.offset[slot + 1] - first;
-    const SlabOperands ops = slab_operands<kNvfp4, kChunks, 1, kSlabs>(p.w, p.s, p.gscale, e, slab * kSlabsPerCta);
+    const SlabOperands ops = slab_operands<kNvfp4, kChunks, 1, kSlabs, kCsfFc2>(p.w, p.s, p.gscale, e, slab * kSlabsPerCta,
+                                                                                  p.s_base, p.s_exc);
     for (int pass = 0; pass < count; pass += kCols * kNT) {
       const u16* rows[kNT];
       const int live =
           pass_rows<kNT, kCols>(pass, count, [&](int t) { return p.act + (size_t)route.pair[first + t] * kI; }, rows);
       float acc[kNT][kSlabsPerCta][4];
       // The warp's first unit waits for FC1 after issuing its first weight loads.
-      slab_mma<kNvfp4, kI, kSlabsPerCta, kParts, kNT, kCols, kDepth, false, kPrefetchX, kSlabsPerCta == 2>(
-          ops.w, ops.s, rows, live, acc, !waited, part);
+      slab_mma<kNvfp4, kI, kSlabsPerCta, kParts, kNT, kCols, kDepth, false, kPrefetchX, kSlabsPerCta == 2, kCsfFc2>(
+          ops.w, ops.s, rows, live, acc, !waited, part, nullptr, ops.csf);
 #ifdef MOEJIT_TRACE
       if (!waited) MOEJIT_TRACE_WARP(1, trace_now());
       MOEJIT_TRACE_WARP(2, trace_now());

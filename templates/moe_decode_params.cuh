@@ -7,7 +7,10 @@ MOEJIT_PARAMS_BEGIN
 
 struct DecodeFc1Params {
   MOEJIT_PTR(const u32x4) w;     // prepared FC1 weights [E][I/16][chunks][mats][32 lanes] x 16 B
-  MOEJIT_PTR(const u8) s;        // prepared FC1 scales  [E][I/16][chunks][mats][8 groups][2 rows][blocks]
+  MOEJIT_PTR(const u8) s;        // prepared FC1 scales  [E][I/16][chunks][mats][8 groups][2 rows][blocks], or
+                                 // with CSF scales (MOEJIT_CSF_FC1) their offsets (docs/CSF.md §8)
+  MOEJIT_PTR(const u8) s_base;   // CSF scales: base bytes [E][I/16][mats][8 groups][2 rows]; else null
+  MOEJIT_PTR(const u32) s_exc;   // CSF scales: list starts [E*I/16*mats + 1], then the records; else null
   MOEJIT_PTR(const float) gscale;  // NVFP4: [E][2] (gate, up) for two matrices, [E] for one; MXFP4: null
   MOEJIT_PTR(const float) bias;  // [E][mats][I] or null
   MOEJIT_PTR(const u16) x;       // [M][H] bf16
@@ -20,7 +23,9 @@ struct DecodeFc1Params {
 
 struct DecodeFc2Params {
   MOEJIT_PTR(const u32x4) w;     // prepared FC2 weights [E][H/16][chunks][32 lanes] x 16 B
-  MOEJIT_PTR(const u8) s;        // prepared FC2 scales
+  MOEJIT_PTR(const u8) s;        // prepared FC2 scales, or their CSF offsets (MOEJIT_CSF_FC2)
+  MOEJIT_PTR(const u8) s_base;   // CSF scales: base bytes [E][H/16][8 groups][2 rows]; else null
+  MOEJIT_PTR(const u32) s_exc;   // CSF scales: list starts [E*H/16 + 1], then the records; else null
   MOEJIT_PTR(const float) gscale;  // [E] (NVFP4) or null
   MOEJIT_PTR(const float) bias;  // [E][H] or null
   MOEJIT_PTR(const u16) act;     // [M*K][I] bf16 times 2^64 from FC1, row q

@@ -6,6 +6,7 @@
 // are reduced in a fixed part order, so results are bit-reproducible.
 #pragma once
 #include "bulk_copy.cuh"
+#include "csf_scales.cuh"
 #include "fp4_decode.cuh"
 #include "trace.cuh"
 
@@ -48,6 +49,7 @@ struct SlabOperands {
   const u8* s;     // the slab's scale bytes
   float gs;        // global scale (NVFP4; 1 for MXFP4) x the 2^62 MMA-scaling correction; FC1: the gate's
   float gs_up;     // FC1 with two matrices: the up rows' (gate and up may be scaled apart); else gs
+  CsfSlab csf;     // CSF scales: the slab's base bytes and exception lists (s then points at its offsets)
 };
 
 // Index of expert e's first global scale in a prepared plane: FC1 with two matrices keeps [E][2] (gate,
@@ -57,15 +59,22 @@ MOEJIT_DEVICE int global_scale_index(int e) {
   return kMats == 2 ? 2 * e : e;
 }
 
-template <bool kNvfp4, int kChunks, int kMats, int kSlabs>
-MOEJIT_DEVICE SlabOperands slab_operands(const u32x4* w, const u8* s, const float* gscale, int e, int slab) {
-  using SG = ScaleGeometry<kNvfp4>;
+// kCsf: s is a prepared CSF plane's offsets, s_base and s_exc its other arrays (csf_scales.cuh).
+template <bool kNvfp4, int kChunks, int kMats, int kSlabs, bool kCsf = false>
+MOEJIT_DEVICE SlabOperands slab_operands(const u32x4* w, const u8* s, const float* gscale, int e, int slab,
+                                         const u8* s_base = nullptr, const u32* s_exc = nullptr) {
+  constexpr int kScaleBytes = kCsf ? CsfGeometry<kNvfp4>::kBytesPerChunk : ScaleGeometry<kNvfp4>::kBytesPerChunk;
   const size_t slab_index = (size_t)e * kSlabs + slab;
   const int g = global_scale_index<kMats>(e);
   const float gs = kNvfp4 ? gscale[g] * kAccScale : kAccScale;
-  return SlabOperands{w + slab_index * kChunks * kMats * 32 + lane_id(),
-                      s + slab_index * kChunks * kMats * SG::kBytesPerChunk, gs,
-                      kNvfp4 && kMats == 2 ? gscale[g + 1] * kAccScale : gs};
+  CsfSlab csf{nullptr, nullptr, 0u};
+  if (kCsf) {
+    // FC1: a list per slab (both matrices); one-matrix planes: a list per two slabs (csf_scales.cuh).
+    const size_t list = kMats == 2 ? slab_index : (size_t)e * ((kSlabs + 1) / 2) + slab / 2;
+    csf = CsfSlab{s_base + slab_index * kMats * 16, s_exc, __ldg(s_exc + list) | (kMats == 2 ? 0u : (u32)(slab & 1) << 31)};
+  }
+  return SlabOperands{w + slab_index * kChunks * kMats * 32 + lane_id(), s + slab_index * kChunks * kMats * kScaleBytes, gs,
+                      kNvfp4 && kMats == 2 ? gscale[g + 1] * kAccScale : gs, csf};
 }
 
 // Chunks of K part `part` when a slab's kChunks chunks are dealt to kParts parts in turn (chunk c to
@@ -145,24 +154,31 @@ MOEJIT_DEVICE void chunk_mma(const u32x4 (&wc)[kMats], const u32x2 (&sc)[kMats],
 // 32-row CTAs; w and s point at the first slab), both multiplied by the same activation pieces, as FC1's
 // gate and up rows are; otherwise the plane interleaves kMats matrices per chunk (FC1).
 //
+// kCsf: s points at the slab's CSF offsets (the prepared CSF plane of csf_scales.cuh) and csf at its base
+// bytes and exception lists; each chunk's scale bytes are rebuilt in registers just before its MMAs, so
+// the ring carries 4 bytes of offsets per lane and matrix instead of 8 (NVFP4) or 4 shared by all lanes
+// instead of 4 per row group (MXFP4).
+//
 // Each warp walks its part's chunks (part, part + kParts, ...) with running pointers, kDepth chunks ahead, so
 // each lane keeps kDepth * kMats 16-byte weight loads in flight. Each scale block's MMA result is
 // scaled by its block scale in fp32 (every lane of a step shares the scale block), so weights go to
 // the tensor cores as placed bits.
 template <bool kNvfp4, int kK, int kMats, int kParts, int kNT, int kCols, int kDepth, bool kScaleB, bool kPrefetchX,
-          bool kSlabPair = false>
+          bool kSlabPair = false, bool kCsf = false>
 MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_rows)[kNT], int live_tiles,
                             float (&acc)[kNT][kMats][4], bool wait_primary_after_prefetch, int part,
-                            u32x2* x_stage = nullptr) {
+                            u32x2* x_stage = nullptr, const CsfSlab& csf = CsfSlab{}) {
   using SG = ScaleGeometry<kNvfp4>;
+  using CG = CsfGeometry<kNvfp4>;
+  constexpr int kSBytes = kCsf ? CG::kBytesPerChunk : SG::kBytesPerChunk;  // scale bytes per (chunk, matrix)
   constexpr int kChunks = (kK + 63) / 64;
   static_assert(!kSlabPair || kMats == 2, "a slab pair is two matrices");
   constexpr int kPlaneMats = kSlabPair ? 1 : kMats;           // matrices interleaved per chunk in the plane
   constexpr int kWStride = kParts * kPlaneMats * 32;          // u32x4 runs per step of a part
-  constexpr int kSStride = kParts * kPlaneMats * SG::kBytesPerChunk;
+  constexpr int kSStride = kParts * kPlaneMats * kSBytes;
   // From matrix 0's run (scale bytes) of a chunk to matrix m's: the next slab, or the next matrix.
   constexpr int kMatW = kSlabPair ? kChunks * 32 : 32;
-  constexpr int kMatS = kSlabPair ? kChunks * SG::kBytesPerChunk : SG::kBytesPerChunk;
+  constexpr int kMatS = kSlabPair ? kChunks * kSBytes : kSBytes;
   constexpr int kXStride = kParts * 64;                       // bf16 elements per step of a part
   const int lane = lane_id();
   const int g = lane >> 2;
@@ -171,7 +187,7 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   zero_accumulators(acc);
 
   const u32x4* wp = w + part * kPlaneMats * 32;
-  const u8* sp = s + part * kPlaneMats * SG::kBytesPerChunk + g * SG::kBytesPerLane;
+  const u8* sp = s + part * kPlaneMats * kSBytes + g * (kCsf ? CG::kLaneStride : SG::kBytesPerLane);
   // A ring of kDepth + 1 slots: chunk i lives in slot i % kRing, and the load of chunk i + kDepth goes
   // to the slot chunk i - 1 left, so nothing is copied between slots.
   constexpr int kRing = kDepth + 1;
@@ -210,7 +226,7 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
       for (int m = 0; m < kMats; ++m) {
         wq[slot][m] = ld_stream_16(wp + m * kMatW);
         const u8* smp = sp + m * kMatS;
-        sq[slot][m] = kNvfp4 ? ld_stream_8(smp) : u32x2{ld_stream_4(smp), 0u};
+        sq[slot][m] = kCsf ? u32x2{ld_stream_4(smp), 0u} : kNvfp4 ? ld_stream_8(smp) : u32x2{ld_stream_4(smp), 0u};
       }
     }
     ++issued;
@@ -219,6 +235,9 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   };
 #pragma unroll
   for (int j = 0; j < kDepth; ++j) issue(j, BoolTag<true>{});
+  // CSF: the slab's base bytes and list cursor, loaded while the first chunks are in flight.
+  CsfReader<kNvfp4, kMats, kParts> csf_reader;
+  if constexpr (kCsf) csf_reader.begin(csf, g, part);
   // Weights never depend on the previous kernel, so a programmatic dependent waits only here, after
   // its first loads are in flight and before touching the previous kernel's outputs (b_rows).
   if (wait_primary_after_prefetch) {
@@ -315,8 +334,18 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
     issue((j + kDepth) % kRing, checked);
     issue_x(kPrefetchX ? (j + 1) % kRing % kXRing : j, checked);
     if (kPinLoads) asm volatile("bar.warp.sync -1;" ::: "memory");
+    u32x2 sc[kMats];
+    if constexpr (kCsf) {
+      u32 words[kMats];
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) words[m] = sq[j][m].x;
+      csf_reader.scales(words, sc, csf.exc);
+    } else {
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) sc[m] = sq[j][m];
+    }
     // Staged pieces are already times 2^64.
-    chunk_mma<kNvfp4, kMats, kNT, kCols, kScaleB && !kStageX>(wq[j], sq[j], live_tiles, acc, [&](int nt, int st) {
+    chunk_mma<kNvfp4, kMats, kNT, kCols, kScaleB && !kStageX>(wq[j], sc, live_tiles, acc, [&](int nt, int st) {
       // Without the ring each step loads its own piece right here (fewer live registers).
       return kPrefetchX ? xq[j % kXRing][nt][st]
              : kStageX  ? xs[4 * st - 16]

@@ -12,12 +12,16 @@
 #include "slab_mma.cuh"
 
 // kSuspendNs: how long each try of a barrier wait may suspend the thread (0: the hardware's default).
-template <bool kNvfp4, int kMats, int kWarps, int kStages, int kGroup, int kSuspendNs = 0>
+// kCsf: the slab's scales are a prepared CSF plane (csf_scales.cuh); the ring then carries weights only,
+// and each consumer warp reads its chunks' offsets words from global memory, issued before it waits for
+// the stage (4 bytes per lane and chunk: a copy would need 16-byte multiples the MXFP4 offsets lack).
+template <bool kNvfp4, int kMats, int kWarps, int kStages, int kGroup, int kSuspendNs = 0, bool kCsf = false>
 struct SlabStreamRing {
   using SG = ScaleGeometry<kNvfp4>;
+  using CG = CsfGeometry<kNvfp4>;
   static constexpr int kStageChunks = kWarps * kGroup;
   static constexpr int kWeightBytes = kStageChunks * kMats * 512;
-  static constexpr int kStageBytes = kWeightBytes + kStageChunks * kMats * SG::kBytesPerChunk;
+  static constexpr int kStageBytes = kWeightBytes + (kCsf ? 0 : kStageChunks * kMats * SG::kBytesPerChunk);
   // kStages full barriers, then kStages empty barriers, padded so the stages start 128-byte aligned.
   static constexpr int kBarrierBytes = (2 * kStages * 8 + 127) / 128 * 128;
   static constexpr int kBytes = kBarrierBytes + kStages * kStageBytes;  // the launch's dynamic shared memory
@@ -50,27 +54,44 @@ struct SlabStreamRing {
       if (n >= kStages) mbarrier_wait<kSuspendNs>(empty0 + 8 * idx, (n / kStages - 1) & 1);
       const int c0 = st * kStageChunks;
       const u32 chunks = min(kStageChunks, kChunks - c0);
-      const u32 wbytes = chunks * kMats * 512, sbytes = chunks * kMats * SG::kBytesPerChunk;
+      const u32 wbytes = chunks * kMats * 512, sbytes = kCsf ? 0 : chunks * kMats * SG::kBytesPerChunk;
       const u32 stage = ring0 + idx * kStageBytes, full = full0 + 8 * idx;
       mbarrier_arrive_expect_tx(full, wbytes + sbytes);
       bulk_copy_to_shared(stage, w + (size_t)c0 * kMats * 512, wbytes, full, policy);
-      bulk_copy_to_shared(stage + kWeightBytes, s + (size_t)c0 * kMats * SG::kBytesPerChunk, sbytes, full, policy);
+      if (!kCsf)
+        bulk_copy_to_shared(stage + kWeightBytes, s + (size_t)c0 * kMats * SG::kBytesPerChunk, sbytes, full, policy);
     }
   }
 
   // Consumer warp `warp`: its chunks of one slab of kK reduction elements, against the activation rows
   // b_rows (as in slab_mma; kScaleB: multiply them by 2^64 here), into acc; n counts the stages
-  // consumed so far.
+  // consumed so far. kCsf: csf_offsets is the slab's first CSF offsets byte, csf its other arrays.
   template <int kK, int kNT, int kCols, bool kScaleB>
   MOEJIT_DEVICE void mma_slab(const u16* const (&b_rows)[kNT], int live_tiles, float (&acc)[kNT][kMats][4], int warp,
-                              u32& n) const {
+                              u32& n, const u8* csf_offsets = nullptr, const CsfSlab& csf = CsfSlab{}) const {
     constexpr int kChunks = (kK + 63) / 64;
     constexpr int kStagesPerSlab = (kChunks + kStageChunks - 1) / kStageChunks;
     const int lane = lane_id(), g = lane >> 2, kofs = 4 * (lane & 3);
     zero_accumulators(acc);
+    CsfReader<kNvfp4, kMats, kWarps> csf_reader;  // a warp's chunks are kWarps apart
+    if constexpr (kCsf) csf_reader.begin(csf, g, warp);
 #pragma unroll 1
     for (int st = 0; st < kStagesPerSlab; ++st, ++n) {
       const u32 idx = n % kStages;
+      // CSF: this warp's offsets words of the stage, in flight while it waits for the stage.
+      u32 oq[kGroup][kMats];
+      if constexpr (kCsf) {
+#pragma unroll
+        for (int i = 0; i < kGroup; ++i) {
+          const int c = st * kStageChunks + i * kWarps + warp;
+#pragma unroll
+          for (int m = 0; m < kMats; ++m)
+            oq[i][m] = kChunks % kStageChunks != 0 && c >= kChunks
+                           ? 0u
+                           : CsfReader<kNvfp4, kMats, kWarps>::load(csf_offsets + (c * kMats + m) * CG::kBytesPerChunk +
+                                                             g * CG::kLaneStride);
+        }
+      }
       mbarrier_wait<kSuspendNs>(full0 + 8 * idx, (n / kStages) & 1);
       const u32 stage = ring0 + idx * kStageBytes;
 #pragma unroll
@@ -92,9 +113,12 @@ struct SlabStreamRing {
 #pragma unroll
         for (int m = 0; m < kMats; ++m) {
           wc[m] = ld_shared_16(stage + (local * kMats + m) * 512 + lane * 16);
-          const u32 sa = stage + kWeightBytes + (local * kMats + m) * SG::kBytesPerChunk + g * SG::kBytesPerLane;
-          sc[m] = kNvfp4 ? ld_shared_8(sa) : u32x2{ld_shared_4(sa), 0u};
+          if constexpr (!kCsf) {
+            const u32 sa = stage + kWeightBytes + (local * kMats + m) * SG::kBytesPerChunk + g * SG::kBytesPerLane;
+            sc[m] = kNvfp4 ? ld_shared_8(sa) : u32x2{ld_shared_4(sa), 0u};
+          }
         }
+        if constexpr (kCsf) csf_reader.scales(oq[i], sc, csf.exc);
         chunk_mma<kNvfp4, kMats, kNT, kCols, kScaleB>(wc, sc, live_tiles, acc, [&](int nt, int s4) { return xc[nt][s4]; });
       }
       __syncwarp();

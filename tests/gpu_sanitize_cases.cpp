@@ -2,12 +2,14 @@
 // racecheck, synccheck and initcheck): prepare a layer, run a few forwards of the family, check the
 // output against the fp64 CPU reference at the small shape, and exit.
 //
-//   gpu_sanitize_cases --family decode|cooperative|batch|wgmma --shape small|real
+//   gpu_sanitize_cases --family decode|cooperative|batch|wgmma|csf|csf-stream --shape small|real
 //
 // decode: the default decode launches (route kernel or inline routing, FC1, FC2/FC2-sum); cooperative:
 // MOEJIT_DECODE_LAUNCH=cooperative (one launch with a grid barrier, read by the Runtime's constructor);
 // batch: the batch family below the warpgroup-MMA cutover; wgmma: the
-// batch family at enough pairs per expert for warpgroup MMA (sm_90a). Every case also runs the
+// batch family at enough pairs per expert for warpgroup MMA (sm_90a); csf: the decode launches with
+// CSF scale reads (PrepareOptions: every plane read as CSF, docs/CSF.md §8: the offsets, base bytes and
+// exception lists the kernels walk); csf-stream: the same with the streaming FC1 and FC2-sum. Every case also runs the
 // weight-repack (prepare) kernel and, where the plan has it, the route kernel. small: 3 experts, H 96,
 // I 160 (tails in every tile); real: gpt-oss-120b's layer (random FP4 codes; no reference check there,
 // it would take minutes under the sanitizer's slowdown). The workspace is left as cuMemAlloc returns it,
@@ -33,6 +35,7 @@ namespace {
 struct Case {
   Family family = Family::decode;
   std::vector<int> tokens;
+  ScaleReads scales = ScaleReads::plain;
 };
 
 LayerSpec small_layer() {
@@ -60,7 +63,13 @@ Case case_for(const std::string& family, bool real) {
   }
   if (family == "batch") return {Family::batch, {real ? 64 : 5, real ? 200 : 17}};
   if (family == "wgmma") return {Family::batch, {real ? 512 : 64}};
-  throw Error(fmt::format("--family {}: expected decode, cooperative, batch or wgmma", family));
+  if (family == "csf") return {Family::decode, {1, 5, real ? 64 : 33}, ScaleReads::csf};
+  if (family == "csf-stream") {
+    ::setenv("MOEJIT_DECODE_FC1", "stream", 1);
+    ::setenv("MOEJIT_DECODE_FC2", "sum", 1);
+    return {Family::decode, {1, 5}, ScaleReads::csf};
+  }
+  throw Error(fmt::format("--family {}: expected decode, cooperative, batch, wgmma, csf or csf-stream", family));
 }
 
 int run(const std::string& family, const std::string& shape) {
@@ -70,7 +79,8 @@ int run(const std::string& family, const std::string& shape) {
   const LayerSpec spec = real ? load_model_config("gpt-oss-120b").local() : small_layer();
   const HostLayer host = real ? make_random_code_layer(spec, 11) : make_random_layer(spec, 11);
   Runtime rt;
-  auto layer = rt.prepare(host);
+  auto layer = rt.prepare(host, PrepareOptions{c.scales});
+  if (c.scales == ScaleReads::csf && layer->csf_scales() != 3) throw Error("the layer was not prepared with CSF reads");
   int max_tokens = 0;
   for (int m : c.tokens) max_tokens = std::max(max_tokens, m);
   const size_t ws_bytes = rt.workspace_size(*layer, max_tokens);
@@ -122,7 +132,7 @@ int main(int argc, char** argv) {
     else if (a == "--shape") shape = argv[i + 1];
   }
   if (family.empty() || shape.empty()) {
-    std::fprintf(stderr, "usage: gpu_sanitize_cases --family decode|cooperative|batch|wgmma --shape small|real\n");
+    std::fprintf(stderr, "usage: gpu_sanitize_cases --family decode|cooperative|batch|wgmma|csf|csf-stream --shape small|real\n");
     return 2;
   }
   try {

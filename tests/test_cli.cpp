@@ -270,6 +270,8 @@ TEST_CASE("cli: bad arguments exit 2 naming the argument", "[cli]") {
       {{"cache", "ls", "extra"}, "extra"},
       {{"run", "--input", "i", "--output", "o"}, "--layer"},
       {{"bench", "--tokens", "0"}, "--tokens"},
+      {{"bench", "--scales", "lossy"}, "--scales"},
+      {{"prewarm", "--arch", "sm_90a", "--scales", "lossy"}, "--scales"},
       {{"frobnicate"}, "frobnicate"},
   };
   for (const auto& c : cases) {

@@ -22,6 +22,14 @@
 // median of 10. Dense bf16 rate: the vendor's GEMM at 8192^3 (tools/cli_bench_dense.cpp). Read floor:
 // per M, a kernel that only reads that many contiguous bytes, timed like the
 // forward in step 3 (tools/cli_bench_read_floor.cpp), for M whose weight bytes fit in 1 GiB.
+//
+// --scales csf: the layer's block scales are made the way real ones are (make_realistic_layer's
+// quantized Gaussian weights, on two experts, their scale planes repeated over every expert: CSF works
+// per row, so the ratio is the same), the layer is prepared twice, with plain and with CSF scale reads
+// (docs/CSF.md §8), and both are timed, in the same run, next to each other; the scale bytes per
+// expert count what each form reads. --scales csf-random does the same with the random scales, read as
+// CSF although they do not compress (prepare's automatic choice keeps such planes plain): the cost of
+// the exception records at their worst.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -34,6 +42,7 @@
 #include <nlohmann/json.hpp>
 
 #include "moejit/error.hpp"
+#include "moejit/host_layer.hpp"
 #include "moejit/runtime.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/graph_capture.hpp"
@@ -197,8 +206,12 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
   rt.prewarm(layer, max_m, force);  // module loads (and compiles, if anything is missing) outside capture
 
   const auto g1 = detail::fc1_geometry(spec), g2 = detail::fc2_geometry(spec);
+  // Scale bytes as the decode kernels read them: the prepared CSF planes where the layer has them.
+  const PreparedScaleBytes sb = layer.scale_bytes();
+  const size_t fc1_scales = (layer.csf_scales() & 1) ? sb.fc1_csf : g1.scale_bytes();
+  const size_t fc2_scales = (layer.csf_scales() & 2) ? sb.fc2_csf : g2.scale_bytes();
   const double per_expert =
-      static_cast<double>(g1.weight_bytes() + g1.scale_bytes() + g2.weight_bytes() + g2.scale_bytes()) / spec.experts;
+      static_cast<double>(g1.weight_bytes() + fc1_scales + g2.weight_bytes() + fc2_scales) / spec.experts;
   const double macs_per_pair =
       static_cast<double>(spec.fc1_rows()) * spec.hidden + static_cast<double>(spec.hidden) * spec.intermediate;
 
@@ -345,6 +358,59 @@ void print_bench_table(const BenchReport& r) {
   std::fflush(stdout);
 }
 
+// The layer bench times: random FP4 codes, and block scales random (--scales plain, csf-random) or made
+// the way real ones are (--scales csf: make_realistic_layer on two experts, scale planes repeated).
+HostLayer bench_layer(const LayerSpec& local, uint64_t seed, bool realistic_scales) {
+  HostLayer layer = make_random_code_layer(local, seed);
+  if (!realistic_scales) return layer;
+  LayerSpec few = local;
+  few.experts = std::min(2, local.experts);
+  few.expert_begin = 0;
+  const HostLayer real = make_realistic_layer(few, seed);
+  auto tile = [&](std::vector<uint8_t>& dst, const std::vector<uint8_t>& src) {
+    for (size_t i = 0; i < dst.size(); ++i) dst[i] = src[i % src.size()];
+  };
+  tile(layer.w13_scale, real.w13_scale);
+  tile(layer.w2_scale, real.w2_scale);
+  return layer;
+}
+
+// Prepared scale bytes per layer, plain and CSF, and what a decode step reads per expert.
+void print_scale_report(const PreparedLayer& csf) {
+  const LayerSpec& spec = csf.spec();
+  const PreparedScaleBytes b = csf.scale_bytes();
+  const auto g1 = detail::fc1_geometry(spec), g2 = detail::fc2_geometry(spec);
+  const double weights = static_cast<double>(g1.weight_bytes() + g2.weight_bytes());
+  const double plain = static_cast<double>(b.fc1_plain + b.fc2_plain);
+  const double read = static_cast<double>(((csf.csf_scales() & 1) ? b.fc1_csf : b.fc1_plain) +
+                                          ((csf.csf_scales() & 2) ? b.fc2_csf : b.fc2_plain));
+  fmt::print("prepared scales per layer: plain {} (FC1 {}, FC2 {}), CSF {} (FC1 {}, FC2 {}): {:.2f}x smaller; the\n"
+             "decode kernels' bytes per expert (FP4 + scales) drop by {:.2f}%. The batch family reads the plain\n"
+             "prepared planes, which a CSF layer keeps beside its CSF planes (device memory {}).\n",
+             human_bytes(plain), human_bytes(static_cast<double>(b.fc1_plain)),
+             human_bytes(static_cast<double>(b.fc2_plain)), human_bytes(read),
+             human_bytes(static_cast<double>((csf.csf_scales() & 1) ? b.fc1_csf : b.fc1_plain)),
+             human_bytes(static_cast<double>((csf.csf_scales() & 2) ? b.fc2_csf : b.fc2_plain)),
+             read > 0 ? plain / read : 0.0, 100.0 * (plain - read) / (weights + plain),
+             human_bytes(static_cast<double>(csf.device_bytes())));
+}
+
+// Plain and CSF rows of the same layer, side by side.
+void print_scales_comparison(const BenchReport& plain, const BenchReport& csf) {
+  fmt::print("scales: plain vs CSF on the same layer (time: median between event nodes, as above)\n");
+  fmt::print("{:>5} {:>12} {:>12} {:>9} {:>12} {:>12} {:>11}\n", "M", "plain (us)", "CSF (us)", "time", "plain bytes",
+             "CSF bytes", "bytes");
+  for (size_t i = 0; i < plain.rows.size() && i < csf.rows.size(); ++i) {
+    const BenchRow& a = plain.rows[i];
+    const BenchRow& b = csf.rows[i];
+    fmt::print("{:>5} {:>12.1f} {:>12.1f} {:>+8.2f}% {:>12} {:>12} {:>+10.2f}%{}\n", a.tokens, a.us, b.us,
+               100.0 * (b.us - a.us) / a.us, human_bytes(a.weight_bytes), human_bytes(b.weight_bytes),
+               100.0 * (b.weight_bytes - a.weight_bytes) / a.weight_bytes,
+               a.graph_matches_eager && b.graph_matches_eager ? "" : "  graph != eager!");
+  }
+  std::fflush(stdout);
+}
+
 void write_bench_json(const BenchReport& r, const std::string& path) {
   nlohmann::json j;
   j["device"] = r.device;
@@ -381,8 +447,8 @@ void write_bench_json(const BenchReport& r, const std::string& path) {
 int cmd_bench(int argc, char** argv) {
   static const CommandSpec spec{
       "bench",
-      "--config NAME|PATH [--tokens LIST] [--replays N] [--flush read|write] [--family auto|decode|batch|prefill] [--json PATH]\n"
-      "      [--dense on|off] [--seed N] [--jobs N]",
+      "--config NAME|PATH [--tokens LIST] [--replays N] [--flush read|write] [--family auto|decode|batch|prefill]\n"
+      "      [--json PATH] [--dense on|off] [--seed N] [--jobs N] [--scales plain|csf|csf-random]",
       "time layers in CUDA graphs",
       "Times forward for each M inside a CUDA graph with a cold L2 (a scratch buffer of 2x the L2 size is read, or\n"
       "written with --flush write, before every replay, outside the timed events) and prints the median next to the\n"
@@ -401,7 +467,9 @@ int cmd_bench(int argc, char** argv) {
        {"family", "F", "auto (default), decode, batch or prefill: force a kernel family (fails if it cannot serve M)"},
        {"json", "PATH", "also write the rows as JSON"},
        {"seed", "N", "random seed (default 1)"},
-       {"jobs", "N", "prewarm worker processes (default: number of CPUs)"}},
+       {"jobs", "N", "prewarm worker processes (default: number of CPUs)"},
+       {"scales", "S", "plain (default); csf: scales made as real ones are, timed with plain and with CSF scale reads "
+                       "side by side (docs/CSF.md), with the prepared bytes; csf-random: the random scales read as CSF"}},
       {}};
   Args args(spec, argc, argv, 2);
   if (args.help()) {
@@ -422,6 +490,9 @@ int cmd_bench(int argc, char** argv) {
   } catch (const Error& e) {
     throw UsageError(fmt::format("--family: {}", e.what()));
   }
+  const std::string scales = args.str("scales", "plain");
+  if (scales != "plain" && scales != "csf" && scales != "csf-random")
+    throw UsageError(fmt::format("--scales must be plain, csf or csf-random, got '{}'", scales));
   const GpuProbe& gpu = gpu_probe();  // in a child: the workers below are forked before this process inits CUDA
   if (!gpu.usable())
     throw Error(fmt::format("no usable GPU ({}); bench times kernels and needs a CUDA device moejit builds for", gpu.why));
@@ -437,15 +508,32 @@ int cmd_bench(int argc, char** argv) {
   RuntimeOptions options;
   options.tuning = tuning;  // the plans prewarmed above
   Runtime rt(options);
-  std::shared_ptr<PreparedLayer> prepared;
+  std::shared_ptr<PreparedLayer> prepared, prepared_csf;
   {
-    const HostLayer layer = make_random_code_layer(local, static_cast<uint64_t>(seed));
-    prepared = rt.prepare(layer);
+    const HostLayer layer = bench_layer(local, static_cast<uint64_t>(seed), scales == "csf");
+    prepared = rt.prepare(layer, PrepareOptions{ScaleReads::plain});
+    if (scales != "plain") prepared_csf = rt.prepare(layer, PrepareOptions{ScaleReads::csf});
   }
-  const BenchReport rep = run_bench(rt, *prepared, cfg.name, tokens, replays, static_cast<uint64_t>(seed), flush, force,
-                                    dense == "on");
+  if (!prepared_csf) {
+    const BenchReport rep = run_bench(rt, *prepared, cfg.name, tokens, replays, static_cast<uint64_t>(seed), flush,
+                                      force, dense == "on");
+    print_bench_table(rep);
+    if (args.has("json")) write_bench_json(rep, args.str("json"));
+    return kExitOk;
+  }
+  // The dense ceiling once, after both (its GEMMs slow what follows them).
+  const BenchReport rep = run_bench(rt, *prepared, cfg.name + " (plain scales)", tokens, replays,
+                                    static_cast<uint64_t>(seed), flush, force, false);
+  const BenchReport rep_csf = run_bench(rt, *prepared_csf, cfg.name + " (CSF scales)", tokens, replays,
+                                        static_cast<uint64_t>(seed), flush, force, dense == "on");
   print_bench_table(rep);
-  if (args.has("json")) write_bench_json(rep, args.str("json"));
+  print_bench_table(rep_csf);
+  print_scale_report(*prepared_csf);
+  print_scales_comparison(rep, rep_csf);
+  if (args.has("json")) {
+    write_bench_json(rep, args.str("json"));
+    write_bench_json(rep_csf, args.str("json") + ".csf.json");
+  }
   return kExitOk;
 }
 

@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <string>
 #include <system_error>
+#include <tuple>
 #include <vector>
 
 #include "moejit/csf_layer.hpp"
+#include "moejit/csf_prepared.hpp"
 #include "moejit/error.hpp"
 #include "moejit/safetensors.hpp"
 #include "tools/cli_common.hpp"
@@ -103,6 +105,19 @@ int geometry_report(const Args& args) {
     if (args.has("report")) {
       fmt::print("  the generated {} expert(s), realistic:\n", spec.experts);
       print_plane_lines(r);
+      // What the decode kernels read (docs/CSF.md §8): the prepared planes, plain and CSF, per layer.
+      std::vector<uint8_t> s1, s2;
+      const std::vector<uint8_t>& l1 = plain_scale_plane(real.w13_scale, real.w13_scale_csf, s1);
+      const std::vector<uint8_t>& l2 = plain_scale_plane(real.w2_scale, real.w2_scale_csf, s2);
+      for (const auto& [name, g, plane] : {std::tuple{"FC1", fc1_prepared_geometry(spec), &l1},
+                                           std::tuple{"FC2", fc2_prepared_geometry(spec), &l2}}) {
+        const PreparedCsfPlane p = build_prepared_csf(g, plane->data());
+        fmt::print("  prepared {}: plain {:>10}  CSF {:>10}  {:5.2f}x  ({:.2f} records per row)\n", name,
+                   human_bytes(static_cast<double>(g.plain_bytes()) * scale_to_layer),
+                   human_bytes(static_cast<double>(p.bytes()) * scale_to_layer),
+                   static_cast<double>(g.plain_bytes()) / static_cast<double>(p.bytes()),
+                   static_cast<double>(p.records(g)) / (static_cast<double>(g.experts) * g.slabs * g.mats * 16));
+      }
     }
   }
   return kExitOk;

@@ -277,7 +277,7 @@ void print_prewarm_summary(const PrewarmSummary& s, const std::string& what) {
 int cmd_prewarm(int argc, char** argv) {
   static const CommandSpec spec = with_checkpoint_options(CommandSpec{
       "prewarm",
-      "--config NAME|PATH [--arch ARCH] [--max-tokens N] [--jobs N] [--sm-count N]",
+      "--config NAME|PATH [--arch ARCH] [--max-tokens N] [--jobs N] [--sm-count N] [--scales plain|csf|both]",
       "compile and cache every kernel a model config needs",
       "Compiles every kernel a layer of the config (its local TP/EP slice) needs for 1..max-tokens tokens, plus\n"
       "the architecture's weight-repack kernel, into the on-disk cache ($MOEJIT_CACHE_DIR, else\n"
@@ -290,6 +290,8 @@ int cmd_prewarm(int argc, char** argv) {
        {"max-tokens", "N", "largest token count M to cover (default 64)"},
        {"jobs", "N", "worker processes (default: number of CPUs)"},
        {"sm-count", "N", "SM count the planner assumes (default: the GPU's, else the architecture's usual GPU: 132 sm_90a, 148 sm_100a, 188 sm_120a, 48 sm_121a)"},
+       {"scales", "S", "plain (default): the kernels of plain scale reads; csf: the decode kernels that read CSF scale "
+                       "planes (layers prepared from CSF layer files, docs/CSF.md) instead; both: both sets"},
        {"quiet", "", "no progress line"}},
       {}}, false, "[--arch ARCH] [--max-tokens N] [--jobs N]");
   Args args(spec, argc, argv, 2);
@@ -299,6 +301,9 @@ int cmd_prewarm(int argc, char** argv) {
   }
   const ModelConfig cfg = config_from_args(args);
   const int max_tokens = args.integer("max-tokens", 64, 1, kMaxTokens);
+  const std::string scales = args.str("scales", "plain");
+  if (scales != "plain" && scales != "csf" && scales != "both")
+    throw UsageError(fmt::format("--scales must be plain, csf or both, got '{}'", scales));
   const int ncpu = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int jobs = args.integer("jobs", ncpu, 1, 1024);
   std::string note;
@@ -307,7 +312,15 @@ int cmd_prewarm(int argc, char** argv) {
   const int sms = sm_count_from_args(args, arch, &sm_note);
   if (!sm_note.empty()) fmt::print(stderr, "moejit prewarm: note: planning for {} SMs, {}\n", sms, sm_note);
   const LayerSpec local = cfg.local();
-  const auto keys = prewarm_keys(local, arch, max_tokens, sms, Family::automatic, TuningOverrides::from_environment());
+  const std::vector<KernelKey> plain_keys =
+      prewarm_keys(local, arch, max_tokens, sms, Family::automatic, TuningOverrides::from_environment());
+  // A layer reads either plane or both as CSF (PreparedLayer::csf_scales), which only the cooperative
+  // kernel's key tells apart: every mask, without duplicates.
+  std::vector<KernelKey> keys = scales == "csf" ? std::vector<KernelKey>{} : plain_keys;
+  if (scales != "plain")
+    for (int mask : {1, 2, 3})
+      for (const KernelKey& k : with_csf_scales(plain_keys, mask))
+        if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
   if (env_flag("MOEJIT_NO_JIT")) {
     // Servers run with MOEJIT_NO_JIT=1 so that they never compile; prewarm is how their cache gets filled.
     fmt::print(stderr, "moejit prewarm: note: ignoring MOEJIT_NO_JIT={} (prewarm compiles what is missing)\n",

@@ -50,6 +50,8 @@ std::string kernel_header(const KernelKey& key, int register_cap) {
   }
   if (key.l2_ahead > 0) header += fmt::format("#define MOEJIT_L2_AHEAD_CHUNKS {}\n", key.l2_ahead);
   if (key.x_staged) header += "#define MOEJIT_X_STAGED 1\n";
+  if (key.csf_scales & 1) header += "#define MOEJIT_CSF_FC1 1\n";
+  if (key.csf_scales & 2) header += "#define MOEJIT_CSF_FC2 1\n";
   if (register_cap > 0) header += fmt::format("#define MOEJIT_REGISTER_CAP {}\n", register_cap);
 #ifdef MOEJIT_TRACE_BUILD
   header += "#define MOEJIT_TRACE 1\n";  // a -DMOEJIT_TRACE=ON build (templates/trace.cuh)

@@ -66,7 +66,9 @@ int threads(const KernelKey& key) { return (key.warps + (key.kind == KernelKind:
 // (templates/slab_stream.cuh: SlabStreamRing::kBytes).
 int stream_ring_bytes(const KernelKey& key) {
   const int barriers = (2 * key.depth * 8 + 127) / 128 * 128;
-  return barriers + key.depth * key.warps * key.parts * fc1_mats(key) * (512 + chunk_scale_bytes(key));
+  // With CSF scales the consumers read their offsets from global memory: the ring holds weights only.
+  const int scale_bytes = (key.csf_scales & 1) ? 0 : chunk_scale_bytes(key);
+  return barriers + key.depth * key.warps * key.parts * fc1_mats(key) * (512 + scale_bytes);
 }
 
 int dynamic_smem(const KernelKey& key) {
@@ -132,8 +134,9 @@ std::string fc1_stream_source(const KernelKey& key, const std::string& entry) {
   // The generated source's check that the device's ring (SlabStreamRing::kBytes) has the size the host
   // launches with.
   const std::string ring_check = fmt::format(
-      "static_assert(SlabStreamRing<{nvfp4}, {mats}, {warps}, {depth}, {parts}>::kBytes == {bytes}, \"host and device "
-      "ring sizes differ\");\n",
+      "static_assert(SlabStreamRing<{nvfp4}, {mats}, {warps}, {depth}, {parts}, 0, {csf}>::kBytes == {bytes}, \"host and "
+      "device ring sizes differ\");\n",
+      fmt::arg("csf", cpp_bool((key.csf_scales & 1) != 0)),
       fmt::arg("nvfp4", cpp_bool(key.format == ScaleFormat::nvfp4)), fmt::arg("mats", fc1_mats(key)),
       fmt::arg("warps", key.warps), fmt::arg("depth", key.depth), fmt::arg("parts", key.parts),
       fmt::arg("bytes", smem));

@@ -64,12 +64,17 @@ struct KernelKey {
   // Decode kernels route inside each CTA (E <= 1024): no route launch. 0: the route kernel's lists; 1:
   // up to 64 pairs (M*K); 2: up to 128. Key field i<0|1|2>.
   int inline_route = 0;
+  // Decode kernels: which prepared scale planes the kernel reads in the compressed scale format
+  // (docs/CSF.md §8) instead of plain bytes, a bit mask: 1 FC1's plane, 2 FC2's. decode_fc1* keys keep
+  // bit 1, decode_fc2* bit 2, decode_fused both; every other kind 0. The prepared layer decides (a CSF
+  // layer's planes), not the planner. Tile suffix z<mask>, last.
+  int csf_scales = 0;
 
   // Canonical string, e.g. "decode_fc1:sm_90a:mxfp4:swigluoai:a16:E128:H2880:I2880:w4n1d2o0:b1:l1:i0"
   // (the tile ends in p<parts> when parts != 1: "w8n1d8o2p2", then in g<groups> when groups != 1:
   // "w8n1d1o3p2g2", then in s<slabs> when slabs != 1: "w16n1d1o1p4s2", then in c<columns> when columns != 8:
   // "w4n1d1o8c4", then in f<l2_ahead> when l2_ahead != 0: "w8n1d1o4c4f2", then in x when x_staged:
-  // "w4n1d1o8c4x", or in m when wgmma: "w8n16d3o1m").
+  // "w4n1d1o8c4x", or in m when wgmma: "w8n16d3o1m", then in z<csf_scales> when csf_scales != 0: "w4n1d1o8c4xz1").
   std::string str() const;
   // Parses str() output back; throws moejit::Error naming the bad field.
   static KernelKey parse(std::string_view s);

@@ -78,6 +78,24 @@ struct ForwardArgs {
   Family force = Family::automatic;  // force a family (fails loudly if it cannot serve M)
 };
 
+// How prepare(HostLayer) lays out the scale planes the decode kernels read (docs/CSF.md §8).
+enum class ScaleReads {
+  // A plane the HostLayer holds in CSF is read as CSF when its prepared CSF form takes fewer bytes than
+  // the plain prepared plane; other planes plainly.
+  automatic,
+  plain,  // every plane plainly (CSF planes are expanded on the host)
+  csf,    // every plane as CSF, also a plain-held or incompressible one (tests, benches)
+};
+struct PrepareOptions {
+  ScaleReads scales = ScaleReads::automatic;
+};
+
+// Scale bytes of a prepared layer per plane: the plain prepared plane, and its prepared CSF form where
+// the decode kernels read that (0 otherwise).
+struct PreparedScaleBytes {
+  size_t fc1_plain = 0, fc1_csf = 0, fc2_plain = 0, fc2_csf = 0;
+};
+
 // A layer repacked into the kernels' layout on the device. Owns its device memory (freed when the last
 // shared_ptr goes; the Runtime that made it must outlive it). Immutable after prepare: any number of
 // threads may run forward on one PreparedLayer at once, each with its own workspace and output.
@@ -86,6 +104,10 @@ class PreparedLayer {
   virtual ~PreparedLayer() = default;
   virtual const LayerSpec& spec() const = 0;     // the local layer it was prepared from
   virtual size_t device_bytes() const = 0;       // device memory it holds, in bytes
+  // Which scale planes the decode kernels read in CSF (the kernel keys' csf_scales): bit 1 FC1's, 2 FC2's.
+  // The batch family reads the plain prepared planes, which a prepared layer always holds.
+  virtual int csf_scales() const = 0;
+  virtual PreparedScaleBytes scale_bytes() const = 0;
 };
 
 class Runtime {
@@ -105,6 +127,9 @@ class Runtime {
   // overload repacks from `stream` (the view's memory must stay valid until prepare returns). Both
   // synchronize before returning and allocate the prepared layer's device memory.
   std::shared_ptr<PreparedLayer> prepare(const HostLayer& layer);
+  // As above; options.scales decides which planes the decode kernels read as CSF (built on the host from
+  // the layer's scales, CSF or plain, and uploaded beside the plain prepared planes).
+  std::shared_ptr<PreparedLayer> prepare(const HostLayer& layer, const PrepareOptions& options);
   std::shared_ptr<PreparedLayer> prepare(const DeviceLayerView& layer, StreamHandle stream = nullptr);
 
   // Workspace bytes forward needs for up to max_tokens tokens (1 <= max_tokens <= kMaxTokens, else

@@ -19,17 +19,29 @@ namespace moejit::detail {
 
 namespace {
 
-DecodeFc1Params fc1_params(const ForwardContext& ctx) {
+// A key reading CSF scales gets the prepared CSF plane (offsets in s, and its side arrays); the layer
+// holds one for every plane its csf_scales names, which is where the plan's csf_scales come from.
+void set_csf_scales(const PreparedLayerImpl::CsfBuffers& b, bool held, const KernelKey& key, DevicePtr& s,
+                    DevicePtr& s_base, DevicePtr& s_exc) {
+  if (!held) throw Error(fmt::format("decode: kernel {} reads CSF scales, but the layer holds none for its plane", key.str()));
+  s = b.offsets.ptr();
+  s_base = b.base.ptr();
+  s_exc = b.exc.ptr();
+}
+
+DecodeFc1Params fc1_params(const ForwardContext& ctx, const KernelKey& key) {
   DecodeFc1Params p{};
   set_fc1_common(p, ctx);
+  if (key.csf_scales & 1) set_csf_scales(ctx.layer.fc1_csf_s, ctx.layer.fc1_csf, key, p.s, p.s_base, p.s_exc);
   p.counters = ctx.args.workspace + ctx.ws.counters;  // zeroed by FC1 where routing is inline
   p.num_counters = ctx.layer.spec().hidden / 16;
   return p;
 }
 
-DecodeFc2Params fc2_params(const ForwardContext& ctx) {
+DecodeFc2Params fc2_params(const ForwardContext& ctx, const KernelKey& key) {
   DecodeFc2Params p{};
   set_fc2_common(p, ctx);
+  if (key.csf_scales & 2) set_csf_scales(ctx.layer.fc2_csf_s, ctx.layer.fc2_csf, key, p.s, p.s_base, p.s_exc);
   p.counters = ctx.args.workspace + ctx.ws.counters;
   return p;
 }
@@ -43,7 +55,7 @@ unsigned slot_capacity(const ForwardContext& ctx) {
 void launch_two(const ForwardContext& ctx, const KernelKey& fc1_key, const KernelKey& fc2_key) {
   const LayerSpec& spec = ctx.layer.spec();
   const unsigned slots = slot_capacity(ctx);
-  DecodeFc1Params p1 = fc1_params(ctx);
+  DecodeFc1Params p1 = fc1_params(ctx, fc1_key);
   LaunchShape s1{static_cast<unsigned>(spec.intermediate / 16), slots, 1, static_cast<unsigned>(fc1_key.warps * 32), 0};
   if (fc1_key.kind == KernelKind::decode_fc1_loop || fc1_key.kind == KernelKind::decode_fc1_stream) {
     // One wave walks the (slab, slot) items: as many CTAs as the register cap (and a streaming kernel's
@@ -55,7 +67,7 @@ void launch_two(const ForwardContext& ctx, const KernelKey& fc1_key, const Kerne
   }
   launch(ctx.modules.function(fc1_key, ctx.stream), s1, ctx.stream, &p1);
 
-  DecodeFc2Params p2 = fc2_params(ctx);
+  DecodeFc2Params p2 = fc2_params(ctx, fc2_key);
   // decode_fc2_sum: `groups` CTAs per slab serve every expert; decode_fc2: one CTA per (slab, slot).
   const unsigned fc2_slots = fc2_key.kind == KernelKind::decode_fc2_sum ? static_cast<unsigned>(fc2_key.groups) : slots;
   LaunchShape s2{static_cast<unsigned>(spec.hidden / (16 * fc2_key.slabs)), fc2_slots, 1,
@@ -68,8 +80,8 @@ void launch_two(const ForwardContext& ctx, const KernelKey& fc1_key, const Kerne
 void launch_fused(const ForwardContext& ctx, const KernelKey& key) {
   const LayerSpec& spec = ctx.layer.spec();
   DecodeFusedParams p{};
-  p.fc1 = fc1_params(ctx);
-  p.fc2 = fc2_params(ctx);
+  p.fc1 = fc1_params(ctx, key);
+  p.fc2 = fc2_params(ctx, key);
   p.barrier = ctx.args.workspace + ctx.ws.barrier;
   p.slots = static_cast<int32_t>(slot_capacity(ctx));
   // The barrier's arrival counter must be 0 on entry (the kernel leaves it at 0, but the workspace needs

@@ -1,0 +1,119 @@
+// Block scales rebuilt in registers from a prepared CSF plane (docs/CSF.md §8): the decode kernels read
+// 4-bit (NVFP4) or 1-bit (MXFP4) offsets per scale instead of whole scale bytes, plus one base byte per
+// row and slab and, only for the rows that have them, exception records.
+//
+// Prepared CSF plane of a matrix with S slabs, `chunks` 64-wide K chunks and `mats` matrices per chunk
+// (written on the host by prepare, reference/csf_prepared.cpp):
+//   offsets [E][S][chunks][mats][kBytesPerChunk]: NVFP4 32 bytes, row group g's lane word at 4g, whose
+//           byte i holds in its low nibble the offset of plain scale byte i (block i/2, row g + 8(i%2))
+//           and in its high nibble that of plain byte 4 + i; MXFP4 4 bytes, row group g's nibble g,
+//           whose bit i is the offset of plain byte i (block i/2, row g + 8(i%2)). So the lane's plain
+//           scale bytes (fp4_decode.cuh block_scales) come out of a mask and an add (NVFP4, per word)
+//           or a multiply, a mask and an add (MXFP4).
+//   base    [E][S][mats][8 groups][2 rows]: the row's base byte (one u16 load per lane and slab).
+//   exc     u32 list starts, then the records. A list covers one slab of FC1 (both matrices) or two
+//           adjacent slabs of a one-matrix plane (FC2: list e * ceil(S / 2) + slab / 2), so FC2-sum's
+//           slab pairs and FC1's gate and up rows walk one list. Records
+//           chunk << 16 | m << 14 | g << 11 | i << 8 | byte (m: the matrix, or the slab's parity; i: the
+//           plain byte index above) are the scales whose byte is not base + offset, sorted by chunk, and
+//           each list ends with the sentinel 0xFFFF0000. Most lists are just the sentinel. Fewer than
+//           2^31 words in all (a cursor keeps an m bit in bit 31).
+// The reconstruction is exact: every scale byte the plain plane holds (padding blocks included, which
+// hold 0) comes back bit for bit, so the MMA results and everything after them are unchanged.
+#pragma once
+#include "device_core.cuh"
+
+// Which planes the kernel reads as CSF (the key's csf_scales, passed by the generator).
+#ifndef MOEJIT_CSF_FC1
+#define MOEJIT_CSF_FC1 0
+#endif
+#ifndef MOEJIT_CSF_FC2
+#define MOEJIT_CSF_FC2 0
+#endif
+inline constexpr bool kCsfFc1 = MOEJIT_CSF_FC1 != 0;
+inline constexpr bool kCsfFc2 = MOEJIT_CSF_FC2 != 0;
+
+template <bool kNvfp4>
+struct CsfGeometry {
+  static constexpr int kBytesPerChunk = kNvfp4 ? 32 : 4;  // offsets per (chunk, matrix)
+  static constexpr int kLaneStride = kNvfp4 ? 4 : 0;      // bytes between row groups' words (MXFP4: one word)
+};
+
+inline constexpr u32 kCsfSentinel = 0xFFFF0000u;
+
+// One slab's CSF side arrays: base bytes of its first matrix (matrix m at + 16 m: FC1's up rows, or
+// FC2-sum's second slab of a pair), the exception array (the kernel parameter, which the compiler can
+// reload rather than keep), and the index of the list's first record with, in bit 31, the m bit of the
+// slab's records (FC2 over one slab: the slab's parity; else 0).
+struct CsfSlab {
+  const u8* base;
+  const u32* exc;
+  u32 start;
+};
+
+// Per-warp reading state of one slab, three registers beside the ring (it lives through the chunk
+// loop of kernels at their register caps): the base bytes, a cursor into the slab's list, and how many
+// chunks remain until the chunk of the record it points at (uniform over the warp: every lane walks the
+// same list and the same chunks). kStride: chunks between a warp's consecutive chunks (its K parts).
+template <bool kNvfp4, int kMats, int kStride>
+struct CsfReader {
+  static_assert(kMats == 1 || kMats == 2, "one or two matrices");
+  u32 bases;   // kMats 1: the base pattern; 2: rows (g, g + 8) of matrix 0 | of matrix 1 << 16
+  u32 cursor;  // the next record not yet passed (an index into exc), and CsfSlab::start's bit 31
+  int gap;     // its chunk minus the chunk of the warp's next step
+
+  MOEJIT_DEVICE void begin(const CsfSlab& s, int g, int first_chunk) {
+    const u32 pair0 = *reinterpret_cast<const u16*>(s.base + 2 * g);  // rows g, g + 8
+    bases = kMats == 2 ? pair0 | (u32)*reinterpret_cast<const u16*>(s.base + 16 + 2 * g) << 16 : pair0 * 0x00010001u;
+    cursor = s.start;
+    gap = (int)(__ldg(s.exc + (cursor & 0x7FFFFFFFu)) >> 16) - first_chunk;
+  }
+
+  // The lane's offsets word of a matrix at `at` (ring loads): NVFP4 its row group's word, MXFP4 the
+  // chunk's word (all lanes read the same address).
+  MOEJIT_DEVICE static u32 load(const u8* at) { return ld_stream_4(at); }
+
+  // The lane's plain scale bytes (the u32x2 of fp4_decode.cuh block_scales) of each matrix for the
+  // warp's next chunk, from its offsets words; then steps to the warp's following chunk.
+  MOEJIT_DEVICE void scales(const u32 (&word)[kMats], u32x2 (&s)[kMats], const u32* exc) {
+#pragma unroll
+    for (int m = 0; m < kMats; ++m) {
+      u32 pattern = bases;
+      if (kMats == 2) asm("prmt.b32 %0, %1, 0, %2;" : "=r"(pattern) : "r"(bases), "r"(m == 0 ? 0x1010u : 0x3232u));
+      if (kNvfp4) {
+        s[m].x = (word[m] & 0x0F0F0F0Fu) + pattern;  // no carries: base + offset <= 255 for every byte kept
+        s[m].y = ((word[m] >> 4) & 0x0F0F0F0Fu) + pattern;
+      } else {
+        const u32 bits = (word[m] >> (lane_id() & 0x1Cu)) & 0xFu;  // nibble g = lane / 4
+        s[m].x = ((bits * 0x00204081u) & 0x01010101u) + pattern;  // bit i -> bit 8i
+        s[m].y = 0u;
+      }
+    }
+    // Only a list with a record at or before this chunk enters (a warp-uniform branch); records of
+    // earlier chunks belong to other warps' K parts and are passed over.
+    if (gap <= 0) patch(s, exc);
+    gap -= kStride;
+  }
+
+  MOEJIT_DEVICE void patch(u32x2 (&s)[kMats], const u32* exc) {
+    // The records this lane applies: its row group g = lane / 4 and, with one matrix, its slab's m bit.
+    const u32 g = lane_id() >> 2, who = kMats == 2 ? g : g | (cursor >> 31) << 3;
+    u32 r = __ldg(exc + (cursor & 0x7FFFFFFFu));
+    const u32 c = (r >> 16) - (u32)gap;
+    while ((r >> 16) <= c) {
+      const u32 key = (r >> 11) & 0xFu;
+      if ((r >> 16) == c && (kMats == 2 ? (key & 7u) == who : key == who)) {
+        const u32 i = (r >> 8) & 7u, shift = 8u * (i & 3u), keep = ~(0xFFu << shift), byte = (r & 0xFFu) << shift;
+#pragma unroll
+        for (int m = 0; m < kMats; ++m)
+          if (kMats == 1 || (key >> 3) == (u32)m) {
+            if (i < 4) s[m].x = (s[m].x & keep) | byte;
+            else s[m].y = (s[m].y & keep) | byte;
+          }
+      }
+      ++cursor;
+      r = __ldg(exc + (cursor & 0x7FFFFFFFu));
+    }
+    gap = (int)((r >> 16) - c);
+  }
+};
