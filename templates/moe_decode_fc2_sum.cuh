@@ -90,7 +90,7 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
     float y = 0.f;
 #pragma unroll
     for (int part = 0; part < kParts; ++part) y += red[(q * kParts + part) * kRows + r];
-    y *= kNvfp4 ? p.gscale[e] * kAccScale : kAccScale;
+    y *= (kNvfp4 ? p.gscale[e] * kAccScale : kAccScale) * act_output_scale(p.act_gs, e);  // a4: 1/gs
     if (kBias) y += p.bias[(size_t)e * kH + slab * kRows + r];
     return y;
   };
