@@ -108,14 +108,37 @@ double reference_activation(const LayerSpec& spec, double g, double u) {
   throw Error("reference_activation: invalid activation");
 }
 
+ActivationScales layer_activation_scales(const HostLayer& layer) {
+  ActivationScales s;
+  if (layer.spec.precision != ActPrecision::a4) return s;
+  auto take = [&](const std::vector<float>& v, float& scalar, std::vector<float>& per_expert) {
+    if (v.size() == 1) scalar = v[0];
+    else per_expert = v;
+  };
+  take(layer.a1_gs, s.a1_gs, s.a1_gs_per_expert);
+  take(layer.a2_gs, s.a2_gs, s.a2_gs_per_expert);
+  return s;
+}
+
 ReferenceOutput reference_forward(const HostLayer& layer, const HostInputs& in, ActPrecision precision,
                                   ActivationScales scales) {
-  if (precision == ActPrecision::a4)
+  layer.validate();
+  if (precision == ActPrecision::a4) {
     for (const auto& [name, v] : {std::pair{"a1_gs", scales.a1_gs}, std::pair{"a2_gs", scales.a2_gs}})
       if (!(v > 0 && std::isfinite(v)))
         throw Error(std::string("reference_forward: the a4 global scale ") + name + " must be finite and > 0, got " +
                     std::to_string(v));
-  layer.validate();
+    for (const auto& [name, v] : {std::pair{"a1_gs_per_expert", &scales.a1_gs_per_expert},
+                                  std::pair{"a2_gs_per_expert", &scales.a2_gs_per_expert}}) {
+      if (!v->empty() && v->size() != static_cast<size_t>(layer.spec.experts))
+        throw Error(std::string("reference_forward: ") + name + " has " + std::to_string(v->size()) +
+                    " values, expected E = " + std::to_string(layer.spec.experts));
+      for (float s : *v)
+        if (!(s > 0 && std::isfinite(s)))
+          throw Error(std::string("reference_forward: the a4 global scale ") + name + " must be finite and > 0, got " +
+                      std::to_string(s));
+    }
+  }
   const LayerSpec& spec = layer.spec;
   check_inputs(spec, in);
 
@@ -135,7 +158,10 @@ ReferenceOutput reference_forward(const HostLayer& layer, const HostInputs& in, 
 
   std::vector<double> x(M * H);
   for (int64_t i = 0; i < M * H; ++i) x[i] = static_cast<double>(bf16_to_float(in.x[i]));
-  if (precision != ActPrecision::a16)  // a16 multiplies the bf16 x as given
+  // a16 multiplies the bf16 x as given; per-expert a4 scales quantize x per routed pair (below).
+  const bool x_per_expert = precision == ActPrecision::a4 && !scales.a1_gs_per_expert.empty();
+  const std::vector<double> x_plain = x_per_expert ? x : std::vector<double>{};
+  if (precision != ActPrecision::a16 && !x_per_expert)
     for (int64_t m = 0; m < M; ++m) quantize_activations(precision, x.data() + m * H, H, scales.a1_gs);
 
   // Slots (m * K + k) per local expert, in slot order; out-of-range ids are dropped here.
@@ -166,12 +192,22 @@ ReferenceOutput reference_forward(const HostLayer& layer, const HostInputs& in, 
     if (nvfp4)
       for (int64_t r = 0; r < rows; ++r) g1[r] = layer.fc1_global_scale(static_cast<int>(e), static_cast<int>(r));
     h.assign(P * rows, 0.0);
+    // x of each slot: the token's row, or with per-expert a4 scales its row quantized with this expert's.
+    std::vector<double> x_e;
+    if (x_per_expert) {
+      x_e.resize(P * H);
+      for (int64_t p = 0; p < P; ++p) {
+        std::copy_n(x_plain.data() + (es[p] / K) * H, H, x_e.data() + p * H);
+        quantize_activations(precision, x_e.data() + p * H, H, scales.a1(e));
+      }
+    }
+    auto x_of = [&](int64_t p) { return x_per_expert ? x_e.data() + p * H : x.data() + (es[p] / K) * H; };
     detail::parallel_for(rows, detail::worker_count(rows, static_cast<double>(H) * (P + 1)), [&](int64_t r0, int64_t r1) {
       std::vector<double> w(H);
       for (int64_t r = r0; r < r1; ++r) {
         decode_row(spec.format, q1, s1, r, H, w.data());
         const double b = spec.has_bias ? static_cast<double>(layer.w13_bias[e * rows + r]) : 0.0;
-        for (int64_t p = 0; p < P; ++p) h[p * rows + r] = dot(x.data() + (es[p] / K) * H, w.data(), H) * g1[r] + b;
+        for (int64_t p = 0; p < P; ++p) h[p * rows + r] = dot(x_of(p), w.data(), H) * g1[r] + b;
       }
     });
 
@@ -184,7 +220,7 @@ ReferenceOutput reference_forward(const HostLayer& layer, const HostInputs& in, 
         const double u = gated ? h[p * rows + up_row[i]] : 0.0;
         a[p * I + i] = reference_activation(spec, g, u);
       }
-      quantize_activations(precision, a.data() + p * I, I, scales.a2_gs);
+      quantize_activations(precision, a.data() + p * I, I, scales.a2(e));
     }
 
     // FC2 and the weighted sum: out[m_p, r] += w_p * (a_p . W2[e, r] (* global) (+ bias)). Row r of out

@@ -126,7 +126,7 @@ MOEJIT_AQ_FN int a8_block_exponent(unsigned amax_bits) {
 // a8: e4m3(v / 2^X) * 2^(X + shift) (shift: the kernel's operand scaling, a power of two). v finite.
 template <int kShift>
 MOEJIT_AQ_FN float a8_value(float v, int x) {
-  const float a = v < 0.f ? -v : v;
+  const float a = aq_float(aq_bits(v) & 0x7FFFFFFFu);  // |v|, +0 for -0 (the sign is put back below)
   const float q = aq_grid_round<AqE4m3>(a * aq_pow2(-x));  // x <= 119 for a finite amax: 2^-x is normal
   const float r = q * aq_pow2(x + kShift);
   return (aq_bits(v) >> 31) ? -r : r;
@@ -139,7 +139,7 @@ MOEJIT_AQ_FN float a4_block_scale(unsigned amax_bits, float gs) {
 // a4: e2m1(v * gs / s) * s * 2^shift, the operand without the 1/gs (folded into the output multiplier).
 template <int kShift>
 MOEJIT_AQ_FN float a4_value(float v, float gs, float s) {
-  const float a = v < 0.f ? -v : v;
+  const float a = aq_float(aq_bits(v) & 0x7FFFFFFFu);  // |v|, +0 for -0 (the sign is put back below)
   const float r = s == 0.f ? 0.f : aq_round_ratio<AqE2m1>(a, gs, s) * s * aq_pow2(kShift);
   return (aq_bits(v) >> 31) ? -r : r;
 }

@@ -20,7 +20,15 @@ struct ReferenceOutput {
 struct ActivationScales {
   float a1_gs = 1.0f;
   float a2_gs = 1.0f;
+  // Per local expert (size E) where a checkpoint calibrated each expert's inputs apart (ModelOpt's
+  // input_scale per expert): then they replace the scalars, and x is quantized per routed pair with its
+  // expert's a1_gs.
+  std::vector<float> a1_gs_per_expert, a2_gs_per_expert;
+  float a1(int64_t e) const { return a1_gs_per_expert.empty() ? a1_gs : a1_gs_per_expert[e]; }
+  float a2(int64_t e) const { return a2_gs_per_expert.empty() ? a2_gs : a2_gs_per_expert[e]; }
 };
+// The a4 scales a layer carries (HostLayer::a1_gs, a2_gs: [1] or [E]); the defaults for other precisions.
+ActivationScales layer_activation_scales(const HostLayer& layer);
 
 // Every precision mode of DESIGN §1: a16 uses x as given and rounds the intermediate to bf16; a8 and a4
 // quantize x (per token along H) and the intermediate (per routed pair along I, from its fp64 value)

@@ -4,7 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "moejit/error.hpp"
@@ -119,6 +121,27 @@ std::shared_ptr<PreparedLayerImpl> prepare_layer(ModuleRegistry& modules, Arch a
       layer->fc1_gs = copy_device(v.w13_global_scale, (v.w13_global_scale_gate_up ? 2 : 1) * E * sizeof(float), stream);
     }
     layer->fc2_gs = copy_device(v.w2_global_scale, E * sizeof(float), stream);
+  }
+  if (spec.precision == ActPrecision::a4) {
+    // The kernels read one scale per local expert: a [1] view is broadcast. Checked here (E values):
+    // a scale that is not finite and > 0 would turn whole experts into NaN or zeros.
+    if (!v.a1_gs || !v.a2_gs)
+      throw Error("prepare: an a4 layer needs its global input scales a1_gs and a2_gs (a null pointer was given)");
+    if (v.a_gs_count != 1 && v.a_gs_count != spec.experts)
+      throw Error(fmt::format("prepare: a_gs_count must be 1 or E = {} for an a4 layer, got {}", spec.experts,
+                              v.a_gs_count));
+    for (const auto& [name, ptr, buf] : {std::tuple{"a1_gs", v.a1_gs, &layer->a1_gs}, std::tuple{"a2_gs", v.a2_gs, &layer->a2_gs}}) {
+      std::vector<float> given(v.a_gs_count);
+      check(driver().cuStreamSynchronize(stream), "cuStreamSynchronize");
+      check(driver().cuMemcpyDtoH(given.data(), ptr, given.size() * sizeof(float)), "cuMemcpyDtoH(a_gs)");
+      for (size_t i = 0; i < given.size(); ++i)
+        if (!(given[i] > 0 && std::isfinite(given[i])))
+          throw Error(fmt::format("prepare: {}[{}] must be finite and > 0, got {}", name, i, given[i]));
+      *buf = DeviceBuffer::from(given.size() == E ? given : std::vector<float>(E, given[0]));
+    }
+  } else {
+    refuse(v.a1_gs, "a1_gs", "only the a4 precision has input scales");
+    refuse(v.a2_gs, "a2_gs", "only the a4 precision has input scales");
   }
   if (spec.has_bias) {
     // Biases are small: reorder FC1's into [E][mats][I] on the host.
