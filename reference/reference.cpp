@@ -108,6 +108,26 @@ double reference_activation(const LayerSpec& spec, double g, double u) {
   throw Error("reference_activation: invalid activation");
 }
 
+ActivationScales calibrate_a4_scales(const HostLayer& layer, const HostInputs& calibration, bool per_expert) {
+  const ReferenceOutput r = reference_forward(layer, calibration, ActPrecision::a16);
+  const double x_all = *std::max_element(r.x_amax.begin(), r.x_amax.end());
+  const double a_all = *std::max_element(r.act_amax.begin(), r.act_amax.end());
+  if (!(x_all > 0) || !(a_all > 0))
+    throw Error("calibrate_a4_scales: the calibration batch gives a zero range (no pair routed to the layer, or "
+                "all-zero activations): no global scale maps it");
+  constexpr double kRange = 448.0 * 6.0;  // e4m3's largest block scale times e2m1's largest value
+  ActivationScales s;
+  s.a1_gs = static_cast<float>(kRange / x_all);
+  s.a2_gs = static_cast<float>(kRange / a_all);
+  if (per_expert) {
+    for (size_t e = 0; e < r.x_amax.size(); ++e) {
+      s.a1_gs_per_expert.push_back(r.x_amax[e] > 0 ? static_cast<float>(kRange / r.x_amax[e]) : s.a1_gs);
+      s.a2_gs_per_expert.push_back(r.act_amax[e] > 0 ? static_cast<float>(kRange / r.act_amax[e]) : s.a2_gs);
+    }
+  }
+  return s;
+}
+
 ActivationScales layer_activation_scales(const HostLayer& layer) {
   ActivationScales s;
   if (layer.spec.precision != ActPrecision::a4) return s;
@@ -178,11 +198,16 @@ ReferenceOutput reference_forward(const HostLayer& layer, const HostInputs& in, 
     if (gated) up_row[i] = fc1_row_of(spec, true, i);
   }
 
+  result.x_amax.assign(E, 0.0);
+  result.act_amax.assign(E, 0.0);
   std::vector<double> h, a;
   for (int64_t e = 0; e < E; ++e) {
     const auto& es = slots[e];
     const int64_t P = static_cast<int64_t>(es.size());
     if (P == 0) continue;
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t j = 0; j < H; ++j)
+        result.x_amax[e] = std::max(result.x_amax[e], std::fabs(static_cast<double>(bf16_to_float(in.x[(es[p] / K) * H + j]))));
 
     // FC1: h[p, r] = x[m_p] . W1[e, r] (* global) (+ bias), for every slot p routed to e.
     const uint8_t* q1 = layer.w13.data() + e * rows * H / 2;
@@ -219,6 +244,7 @@ ReferenceOutput reference_forward(const HostLayer& layer, const HostInputs& in, 
         const double g = h[p * rows + gate_row[i]];
         const double u = gated ? h[p * rows + up_row[i]] : 0.0;
         a[p * I + i] = reference_activation(spec, g, u);
+        result.act_amax[e] = std::max(result.act_amax[e], std::fabs(a[p * I + i]));
       }
       quantize_activations(precision, a.data() + p * I, I, scales.a2(e));
     }

@@ -15,6 +15,7 @@
 #pragma once
 
 #if defined(__CUDACC__)
+#include "device_core.cuh"
 #define MOEJIT_AQ_FN __device__ __forceinline__
 #define MOEJIT_AQ_NS_BEGIN
 #define MOEJIT_AQ_NS_END
