@@ -14,7 +14,9 @@ struct PreparedLayerImpl final : PreparedLayer {
   CUcontext context = nullptr;
   DeviceBuffer fc1_w, fc1_s, fc1_gs, fc1_bias;  // fc1_bias: [E][mats][I] fp32
   DeviceBuffer fc2_w, fc2_s, fc2_gs, fc2_bias;  // fc2_bias: [E][H] fp32
-  DeviceBuffer a1_gs, a2_gs;  // a4: [E] global input scales of x and of the intermediate (else empty)
+  // fc1_gs / fc2_gs: the weights' global scales ([E][mats], [E]; NVFP4 only), and in a4 layers (either
+  // format, ones in place of MXFP4's weight scales) the activations' global scales after them: FC1's plane
+  // [E][mats] + a1_gs [E] + a2_gs [E], FC2's [E] + a2_gs [E] (templates/act_quant.cuh).
   const LayerSpec& spec() const override { return layer_spec; }
   size_t device_bytes() const override {
     return fc1_w.size() + fc1_s.size() + fc1_gs.size() + fc1_bias.size() + fc2_w.size() + fc2_s.size() + fc2_gs.size() +

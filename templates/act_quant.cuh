@@ -165,10 +165,29 @@ MOEJIT_AQ_NS_END
 #endif
 inline constexpr int kActPrecision = MOEJIT_ACT_PRECISION;
 static_assert(kActPrecision >= kActA16 && kActPrecision <= kActA4, "precision is a16, a8 or a4");
-// The fp32 multiplier that a4 folds into an FC's output (1/gs of its activation operand; 1 otherwise).
-MOEJIT_DEVICE float act_output_scale(const float* act_gs, int e) { return kActPrecision == kActA4 ? 1.f / act_gs[e] : 1.f; }
-// a4's global scale of an expert's activation operand (unused otherwise).
-MOEJIT_DEVICE float act_global_scale(const float* act_gs, int e) { return kActPrecision == kActA4 ? act_gs[e] : 1.f; }
+// a4: the layer's local expert count (the generator passes it with a4 keys), which places the activation
+// scales in the FCs' fp32 scale planes.
+#ifndef MOEJIT_ACT_EXPERTS
+#define MOEJIT_ACT_EXPERTS 0
+#endif
+inline constexpr int kActExperts = MOEJIT_ACT_EXPERTS;
+static_assert(kActPrecision != kActA4 || kActExperts > 0, "a4 keys pass the expert count");
+
+// a4's global input scales ride in the FCs' fp32 scale planes (`gscale`), after the weights' global scales,
+// so the kernel parameter structs keep their size (a larger FC1 struct changes the a16 kernels' code):
+// FC1's plane is [E][mats] weight scales (ones for MXFP4), then a1_gs [E], then a2_gs [E]; FC2's is [E]
+// weight scales, then a2_gs [E] (runtime/families/prepare.cpp builds them). Unused outside a4.
+template <int kMats>
+MOEJIT_DEVICE float act_fc1_x_gs(const float* gscale, int e) {
+  return kActPrecision == kActA4 ? gscale[kMats * kActExperts + e] : 1.f;
+}
+template <int kMats>
+MOEJIT_DEVICE float act_fc1_out_gs(const float* gscale, int e) {
+  return kActPrecision == kActA4 ? gscale[(kMats + 1) * kActExperts + e] : 1.f;
+}
+MOEJIT_DEVICE float act_fc2_gs(const float* gscale, int e) { return kActPrecision == kActA4 ? gscale[kActExperts + e] : 1.f; }
+// The fp32 multiplier that a4 folds into an FC's output: 1/gs of its activation operand (1 otherwise).
+MOEJIT_DEVICE float act_unscale(float gs) { return kActPrecision == kActA4 ? 1.f / gs : 1.f; }
 
 // Elements per scale block along K.
 template <int kPrec>

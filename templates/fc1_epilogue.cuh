@@ -46,8 +46,7 @@ template <int kAct, bool kLimit, bool kBias, int kI, int kMats, int kNT, int kCo
 MOEJIT_DEVICE void fc1_store_pass_quantized(const Params& p, const ExpertWork& work, int slab0, u32 sub_valid, int pass,
                                             int live, const float (&acc)[kSub][kNT][kMats][4], float gs, float gs_up,
                                             float out_gs) {
-  static_assert(kActPrecision != kActA16, "a16 stores with fc1_store_pass");
-  static_assert(kSub * 16 == kActBlock<kActPrecision>, "one scale block of rows");
+  static_assert(kActPrecision == kActA16 || kSub * 16 == kActBlock<kActPrecision>, "one scale block of rows");
   const int e = work.expert;
   const int lane = lane_id(), g = lane >> 2, c4 = lane & 3;
   float a[kSub][kNT][4];

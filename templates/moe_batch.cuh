@@ -321,18 +321,18 @@ __device__ void moe_batch_fc1(const BatchFc1Params& p) {
   };
   float acc[kNT][kPerWarp * kMats][4];
   batch_slab_mma<kNvfp4, kH, kMats, kPerWarp, kWarps, kNT, kStages, true>(ops.w, ops.s, valid, live, row_of, batch_ring,
-                                                                          acc, act_global_scale(p.act_gs, t.expert));
+                                                                          acc, act_fc1_x_gs<kMats>(p.gscale, t.expert));
   const ExpertWork work{0, t.expert, t.count, t.pairs};
   const int g = global_scale_index<kMats>(t.expert);
-  const float unscale = act_output_scale(p.act_gs, t.expert);  // a4: x's 1/gs
+  const float unscale = act_unscale(act_fc1_x_gs<kMats>(p.gscale, t.expert));  // a4: x's 1/a1_gs
   const float gs = batch_output_scale<kNvfp4, kNT, true>(p.gscale, g) * unscale;
   const float gs_up = kMats == 2 ? batch_output_scale<kNvfp4, kNT, true>(p.gscale, g + 1) * unscale : gs;
   if constexpr (kActPrecision != kActA16) {
     // One scale block of rows at a time (a4: a slab; a8: two, so the key has two slabs per warp, which
     // start at an even slab): the intermediate quantized in the epilogue, as the decode family does.
-    constexpr int kSub = kActBlock<kActPrecision> / 16;
+    constexpr int kSub = kActPrecision == kActA8 ? 2 : 1;  // 16-row slabs per scale block (a16: unused)
     static_assert(kPerWarp % kSub == 0, "a8 needs two slabs per warp (the key rule)");
-    const float out_gs = act_global_scale(p.act_out_gs, t.expert);
+    const float out_gs = act_fc1_out_gs<kMats>(p.gscale, t.expert);
 #pragma unroll
     for (int j0 = 0; j0 < kPerWarp; j0 += kSub) {
       if (!(valid >> j0 & 1u)) continue;
@@ -386,7 +386,8 @@ __device__ void moe_batch_fc2(const BatchFc2Params& p) {
   float acc[kNT][kPerWarp][4];
   batch_slab_mma<kNvfp4, kI, 1, kPerWarp, kWarps, kNT, kStages, false>(ops.w, ops.s, valid, live, row_of, batch_ring, acc);
   const int e = t.expert;
-  const float gs = batch_output_scale<kNvfp4, kNT, false>(p.gscale, e) * act_output_scale(p.act_gs, e);  // a4: 1/gs
+  float gs = batch_output_scale<kNvfp4, kNT, false>(p.gscale, e);
+  if (kActPrecision == kActA4) gs *= act_unscale(act_fc2_gs(p.gscale, e));  // a4: the intermediate's 1/a2_gs
 #pragma unroll
   for (int j = 0; j < kPerWarp; ++j) {
     if (!(valid >> j & 1u)) continue;

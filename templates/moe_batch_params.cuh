@@ -11,9 +11,7 @@ struct BatchFc1Params {
   MOEJIT_PTR(const float) gscale;  // NVFP4: [E][2] (gate, up) for two matrices, [E] for one; MXFP4: null
   MOEJIT_PTR(const float) bias;  // [E][mats][I] or null
   MOEJIT_PTR(const u16) x;       // [M][H] bf16
-  MOEJIT_PTR(const float) act_gs;  // a4: [E] global scale of x (a1_gs); null in a16 and a8
-  MOEJIT_PTR(u16) act;           // [M*K][I] bf16 times 2^64, row q (in MMA column order on warpgroup MMA); a8/a4: quantized
-  MOEJIT_PTR(const float) act_out_gs;  // a4: [E] global scale of the intermediate FC1 quantizes (a2_gs)
+  MOEJIT_PTR(u16) act;           // [M*K][I] bf16 times 2^64, row q (in MMA column order on warpgroup MMA)
   float alpha, beta, limit;
   RoutingArgs route;             // the route kernel's lists
 };
@@ -24,7 +22,6 @@ struct BatchFc2Params {
   MOEJIT_PTR(const float) gscale;  // [E] (NVFP4) or null
   MOEJIT_PTR(const float) bias;  // [E][H] or null
   MOEJIT_PTR(const u16) act;     // FC1's activations, row q
-  MOEJIT_PTR(const float) act_gs;  // a4: [E] global scale of the intermediate (a2_gs); null in a16 and a8
   MOEJIT_PTR(const float) topk_weights;  // [M*K]
   MOEJIT_PTR(float) partial;     // [M*K][H] fp32, row q, summed by the combine
   MOEJIT_PTR(u16) out;           // [M][H] bf16 (the combine)

@@ -23,7 +23,7 @@ __device__ void moe_decode_fc1_work(const DecodeFc1Params& p, const ExpertWork& 
     // a8 / a4: x is quantized where slab_mma reads it, the intermediate in the epilogue, one scale block
     // of rows at a time. a8's blocks are 32 rows: the CTA of the even slab computes both slabs of its block
     // (the odd slab's CTA has nothing to do), so the block's maximum is in one warp's registers.
-    constexpr int kSub = kActBlock<kActPrecision> / 16;
+    constexpr int kSub = kActPrecision == kActA8 ? 2 : 1;  // 16-row slabs per scale block (a16: unused)
     if (slab % kSub != 0) return;
     const u32 sub_valid = kSub == 2 && slab + 1 < kSlabs ? 3u : 1u;
     SlabOperands ops[kSub];
@@ -31,9 +31,9 @@ __device__ void moe_decode_fc1_work(const DecodeFc1Params& p, const ExpertWork& 
     for (int j = 0; j < kSub; ++j)
       ops[j] = slab_operands<kNvfp4, kChunks, kMats, kSlabs>(p.w, p.s, p.gscale, work.expert,
                                                              (sub_valid >> j) & 1u ? slab + j : slab);
-    const float x_gs = act_global_scale(p.act_gs, work.expert);
-    const float out_gs = act_global_scale(p.act_out_gs, work.expert);
-    const float unscale = act_output_scale(p.act_gs, work.expert);  // a4: x's 1/gs
+    const float x_gs = act_fc1_x_gs<kMats>(p.gscale, work.expert);
+    const float out_gs = act_fc1_out_gs<kMats>(p.gscale, work.expert);
+    const float unscale = act_unscale(x_gs);  // a4: x's 1/a1_gs
     for (int pass = 0; pass < work.count; pass += kCols * kNT) {
       const u16* rows[kNT];
       const int live = pass_rows<kNT, kCols>(

@@ -32,7 +32,7 @@ __device__ void moe_decode_fc2_item(const DecodeFc2Params& p, int slab, int slot
   if (slot < work.num_active) {
     const int e = work.expert, count = work.count;
     const SlabOperands ops = slab_operands<kNvfp4, kChunks, 1, kSlabs>(p.w, p.s, p.gscale, e, slab);
-    const float gs = ops.gs * act_output_scale(p.act_gs, e);  // a4: the intermediate's 1/gs
+    const float gs = kActPrecision == kActA4 ? ops.gs * act_unscale(act_fc2_gs(p.gscale, e)) : ops.gs;  // a4: 1/a2_gs
     for (int pass = 0; pass < count; pass += kCols * kNT) {
       const u16* rows[kNT];
       const int live = pass_rows<kNT, kCols>(pass, count, [&](int t) { return p.act + (size_t)work.pairs[t] * kI; }, rows);

@@ -90,7 +90,8 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
     float y = 0.f;
 #pragma unroll
     for (int part = 0; part < kParts; ++part) y += red[(q * kParts + part) * kRows + r];
-    y *= (kNvfp4 ? p.gscale[e] * kAccScale : kAccScale) * act_output_scale(p.act_gs, e);  // a4: 1/gs
+    y *= kNvfp4 ? p.gscale[e] * kAccScale : kAccScale;
+    if (kActPrecision == kActA4) y *= act_unscale(act_fc2_gs(p.gscale, e));  // a4: the intermediate's 1/a2_gs
     if (kBias) y += p.bias[(size_t)e * kH + slab * kRows + r];
     return y;
   };

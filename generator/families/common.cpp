@@ -52,6 +52,8 @@ std::string kernel_header(const KernelKey& key, int register_cap) {
   // templates/act_quant.cuh: 0 a16, 1 a8, 2 a4.
   if (key.precision != ActPrecision::a16)
     header += fmt::format("#define MOEJIT_ACT_PRECISION {}\n", key.precision == ActPrecision::a8 ? 1 : 2);
+  // a4: where the activation scales sit in the FCs' scale planes (templates/act_quant.cuh).
+  if (key.precision == ActPrecision::a4) header += fmt::format("#define MOEJIT_ACT_EXPERTS {}\n", key.experts);
   if (register_cap > 0) header += fmt::format("#define MOEJIT_REGISTER_CAP {}\n", register_cap);
 #ifdef MOEJIT_TRACE_BUILD
   header += "#define MOEJIT_TRACE 1\n";  // a -DMOEJIT_TRACE=ON build (templates/trace.cuh)

@@ -49,8 +49,6 @@ void set_fc1_common(Params& p, const ForwardContext& ctx) {
   p.gscale = L.fc1_gs.ptr();
   p.bias = L.fc1_bias.ptr();
   p.x = ctx.args.x;
-  p.act_gs = L.a1_gs.ptr();
-  p.act_out_gs = L.a2_gs.ptr();
   p.act = ctx.args.workspace + ctx.ws.act;
   p.alpha = ctx.alpha;
   p.beta = ctx.beta;
@@ -65,7 +63,6 @@ void set_fc2_common(Params& p, const ForwardContext& ctx) {
   p.gscale = L.fc2_gs.ptr();
   p.bias = L.fc2_bias.ptr();
   p.act = ctx.args.workspace + ctx.ws.act;
-  p.act_gs = L.a2_gs.ptr();
   p.topk_weights = ctx.args.topk_weights;
   p.partial = ctx.args.workspace + ctx.ws.partial;
   p.out = ctx.args.out;
