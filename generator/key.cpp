@@ -154,6 +154,8 @@ KernelKey KernelKey::normalized() const {
     case KernelKind::decode_fused: break;
     default: k.csf_scales = 0;
   }
+  // The a8/a4 decode kernels read the plain planes (a CSF layer keeps them, docs/DECISIONS.md "CSF").
+  if (k.precision != ActPrecision::a16) k.csf_scales = 0;
   // DESIGN §1 defines the clamp for silu and swigluoai only.
   if (k.activation != Activation::silu && k.activation != Activation::swigluoai) k.limit = false;
   return k;

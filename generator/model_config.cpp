@@ -36,7 +36,8 @@ const std::vector<std::string>& known_fields() {
   static const std::vector<std::string> fields = {
       "name",         "description",   "source",       "format",       "activation", "experts",
       "hidden",       "intermediate",  "top_k",        "bias",         "gate_up_order",
-      "swiglu_alpha", "swiglu_beta",   "swiglu_limit", "tp",           "ep",         "ep_rank"};
+      "swiglu_alpha", "swiglu_beta",   "swiglu_limit", "tp",           "ep",         "ep_rank",
+      "precision"};
   return fields;
 }
 
@@ -182,6 +183,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   s.intermediate = r.integer("intermediate", 1);
   s.top_k = r.integer("top_k", 1);
   s.has_bias = r.boolean_or("bias", false);
+  // The activation precision the model was calibrated for (docs/CONFIGS.md); a16 when absent.
+  s.precision = r.find("precision") ? r.enumeration("precision", parse_act_precision) : ActPrecision::a16;
   s.gate_up_order = r.find("gate_up_order") ? r.enumeration("gate_up_order", parse_gate_up_order) : GateUpOrder::gate_up;
   if (s.activation == Activation::relu2 && r.find("gate_up_order") && s.gate_up_order != GateUpOrder::gate_up)
     r.fail("gate_up_order", "relu2 has a single FC1 matrix (w1); gate_up_order does not apply");

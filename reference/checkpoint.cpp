@@ -150,6 +150,7 @@ ModelConfig checkpoint_model_config(const CheckpointInfo& info, const Checkpoint
   ModelConfig c;
   c.name = info.model_type.empty() ? "checkpoint" : info.model_type;
   c.global = info.global;
+  c.global.precision = slice.precision;
   c.tp = slice.tp;
   c.ep = slice.ep;
   c.ep_rank = slice.ep_rank;

@@ -81,6 +81,10 @@ CheckpointInfo inspect_gpt_oss(const CheckpointFiles& files) {
 }
 
 HostLayer load_gpt_oss(const CheckpointFiles& files, const CheckpointInfo& info, int layer, const LayerSlice& sl) {
+  if (sl.local.precision == ActPrecision::a4)
+    throw Error(fmt::format("checkpoint {}: a4 needs the activations' global input scales, and a gpt-oss MXFP4 "
+                            "checkpoint has none (it runs in a16 or a8)",
+                            info.dir));
   check_layer(files, info, layer);
   const int64_t H = info.global.hidden, I = info.global.intermediate;
   const int64_t El = sl.local.experts, Il = sl.local.intermediate, e0 = sl.expert0, i0 = sl.i0;

@@ -6,6 +6,8 @@
 // copied as they are. gate and up become the w13 rows [0, I) and [I, 2I) (gate_up order).
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "moejit/error.hpp"
 #include "reference/checkpoint_formats.hpp"
 
@@ -77,15 +79,16 @@ HostLayer load_modelopt(const CheckpointFiles& files, const CheckpointInfo& info
   bool split = false;
   for (int64_t j = 0; j < El; ++j) {
     const int64_t e = sl.expert0 + j;
-    float gs[3];
+    float gs[3], in_scale[3];
     for (int p = 0; p < 3; ++p) {
       const bool fc2 = p == 2;
       check_projection(files, info, layer, e, kProj[p], fc2 ? H : I, fc2 ? I : H);
       gs[p] = files.positive_scalar(tensor(info, layer, e, kProj[p], "weight_scale_2"),
                                     "the projection's NVFP4 global scale");
-      // The activation scale of NVFP4 inputs (W4A4); moejit's a16 kernels do not use it, but a
-      // checkpoint without it is not the layout this reader knows.
-      (void)files.positive_scalar(tensor(info, layer, e, kProj[p], "input_scale"), "the projection's input scale");
+      // The activation scale of NVFP4 inputs (W4A4): amax / (448 * 6), a divisor; the a4 kernels take its
+      // reciprocal as their global scale. Read in every precision: a checkpoint without it is not the
+      // layout this reader knows.
+      in_scale[p] = files.positive_scalar(tensor(info, layer, e, kProj[p], "input_scale"), "the projection's input scale");
       const std::vector<uint8_t> w = files.read(tensor(info, layer, e, kProj[p], "weight"));
       const std::vector<uint8_t> sc = files.read(tensor(info, layer, e, kProj[p], "weight_scale"));
       if (!fc2) {  // rows [i0, i0 + Il) of gate or up, every input
@@ -100,6 +103,11 @@ HostLayer load_modelopt(const CheckpointFiles& files, const CheckpointInfo& info
     up_gs[j] = gs[1];
     L.w2_global_scale.push_back(gs[2]);
     split = split || gs[0] != gs[1];
+    if (sl.local.precision == ActPrecision::a4) {
+      // gate and up quantize the same x: the larger input scale (the wider range) saturates neither.
+      L.a1_gs.push_back(1.0f / std::max(in_scale[0], in_scale[1]));
+      L.a2_gs.push_back(1.0f / in_scale[2]);
+    }
   }
   // Equal gate and up global scales load as one per expert ([E]), as every layer did before;
   // different ones as [E, 2] (gate, up), exactly (docs/CHECKPOINTS.md).

@@ -93,6 +93,22 @@ void HostLayer::validate() const {
                   "_global_scale given, but mxfp4 has no global scales");
   }
 
+  for (const auto& [name, v] : {std::pair{"a1_gs", &a1_gs}, std::pair{"a2_gs", &a2_gs}}) {
+    if (spec.precision != ActPrecision::a4) {
+      if (!v->empty())
+        throw Error(std::string("layer tensor ") + name + " given, but only the a4 precision has input scales (the layer is " +
+                    std::string(to_string(spec.precision)) + ")");
+      continue;
+    }
+    if (v->size() != 1 && v->size() != static_cast<size_t>(E))
+      throw Error(std::string("layer tensor ") + name + " has " + std::to_string(v->size()) +
+                  " values, expected [1] or [E] = [" + std::to_string(E) + "] (a4 needs the global input scales)");
+    for (size_t i = 0; i < v->size(); ++i)
+      if (!((*v)[i] > 0 && std::isfinite((*v)[i])))
+        throw Error(std::string("layer tensor ") + name + "[" + std::to_string(i) + "] must be finite and > 0, got " +
+                    std::to_string((*v)[i]));
+  }
+
   if (spec.has_bias) {
     expect(fc1 + "_bias", w13_bias.size(), E * rows, "[E, " + rows_name + "] (spec.has_bias is true)");
     expect("w2_bias", w2_bias.size(), E * H, "[E, H] (spec.has_bias is true)");

@@ -120,6 +120,8 @@ HostLayer read_layer_file(const std::string& path) {
   if (auto* s = find_meta(f, "swiglu_alpha")) spec.swiglu_alpha = parse_float(what, "swiglu_alpha", *s);
   if (auto* s = find_meta(f, "swiglu_beta")) spec.swiglu_beta = parse_float(what, "swiglu_beta", *s);
   if (auto* s = find_meta(f, "swiglu_limit")) spec.limit = parse_float(what, "swiglu_limit", *s);
+  // The activation precision (docs/LAYER_FILES.md); a16 when absent, as in files written before it existed.
+  if (auto* s = find_meta(f, "precision")) spec.precision = with_context(what, [&] { return parse_act_precision(*s); });
 
   with_context(what, [&] { spec.validate(); });
 
@@ -129,6 +131,7 @@ HostLayer read_layer_file(const std::string& path) {
   const std::string fc1 = gated ? "w13" : "w1";
   std::set<std::string> allowed = {fc1, fc1 + "_scale", "w2", "w2_scale", fc1 + "_bias", "w2_bias"};
   if (spec.format == ScaleFormat::nvfp4) allowed.insert({fc1 + "_global_scale", "w2_global_scale"});
+  if (spec.precision == ActPrecision::a4) allowed.insert({"a1_gs", "a2_gs"});
   // Scale planes in the compressed scale format (docs/CSF.md), announced by __metadata__ scale_storage.
   const std::string* storage = find_meta(f, detail::kScaleStorageField);
   if (storage && *storage != detail::kScaleStorageCsf)
@@ -184,6 +187,14 @@ HostLayer read_layer_file(const std::string& path) {
     L.w13_bias = from_bytes<float>(require(f, what, fc1 + "_bias", "F32", {E, rows}).data);
     L.w2_bias = from_bytes<float>(require(f, what, "w2_bias", "F32", {E, H}).data);
   }
+  if (spec.precision == ActPrecision::a4) {
+    // [1] (one scale for every expert) or [E].
+    for (const auto& [name, dst] : {std::pair{"a1_gs", &L.a1_gs}, std::pair{"a2_gs", &L.a2_gs}}) {
+      const auto t = f.tensors.find(name);
+      const bool one = t != f.tensors.end() && t->second.shape == std::vector<int64_t>{1};
+      *dst = from_bytes<float>(require(f, what, name, "F32", one ? std::vector<int64_t>{1} : std::vector<int64_t>{E}).data);
+    }
+  }
   with_context(what, [&] { L.validate(); });
   return L;
 }
@@ -226,6 +237,11 @@ void write_layer_file(const std::string& path, const HostLayer& L) {
     f.metadata["swiglu_beta"] = format_float(s.swiglu_beta);
   }
   if (s.limit) f.metadata["swiglu_limit"] = format_float(*s.limit);
+  if (s.precision != ActPrecision::a16) f.metadata["precision"] = std::string(to_string(s.precision));
+  if (s.precision == ActPrecision::a4) {
+    f.tensors["a1_gs"] = to_tensor("F32", {static_cast<int64_t>(L.a1_gs.size())}, L.a1_gs);
+    f.tensors["a2_gs"] = to_tensor("F32", {static_cast<int64_t>(L.a2_gs.size())}, L.a2_gs);
+  }
   if (L.w13_scale_csf || L.w2_scale_csf) f.metadata[detail::kScaleStorageField] = detail::kScaleStorageCsf;
   write_safetensors(path, f);
 }

@@ -108,14 +108,57 @@ double reference_activation(const LayerSpec& spec, double g, double u) {
   throw Error("reference_activation: invalid activation");
 }
 
+ActivationScales calibrate_a4_scales(const HostLayer& layer, const HostInputs& calibration, bool per_expert) {
+  const ReferenceOutput r = reference_forward(layer, calibration, ActPrecision::a16);
+  const double x_all = *std::max_element(r.x_amax.begin(), r.x_amax.end());
+  const double a_all = *std::max_element(r.act_amax.begin(), r.act_amax.end());
+  if (!(x_all > 0) || !(a_all > 0))
+    throw Error("calibrate_a4_scales: the calibration batch gives a zero range (no pair routed to the layer, or "
+                "all-zero activations): no global scale maps it");
+  constexpr double kRange = 448.0 * 6.0;  // e4m3's largest block scale times e2m1's largest value
+  ActivationScales s;
+  s.a1_gs = static_cast<float>(kRange / x_all);
+  s.a2_gs = static_cast<float>(kRange / a_all);
+  if (per_expert) {
+    for (size_t e = 0; e < r.x_amax.size(); ++e) {
+      s.a1_gs_per_expert.push_back(r.x_amax[e] > 0 ? static_cast<float>(kRange / r.x_amax[e]) : s.a1_gs);
+      s.a2_gs_per_expert.push_back(r.act_amax[e] > 0 ? static_cast<float>(kRange / r.act_amax[e]) : s.a2_gs);
+    }
+  }
+  return s;
+}
+
+ActivationScales layer_activation_scales(const HostLayer& layer) {
+  ActivationScales s;
+  if (layer.spec.precision != ActPrecision::a4) return s;
+  auto take = [&](const std::vector<float>& v, float& scalar, std::vector<float>& per_expert) {
+    if (v.size() == 1) scalar = v[0];
+    else per_expert = v;
+  };
+  take(layer.a1_gs, s.a1_gs, s.a1_gs_per_expert);
+  take(layer.a2_gs, s.a2_gs, s.a2_gs_per_expert);
+  return s;
+}
+
 ReferenceOutput reference_forward(const HostLayer& layer, const HostInputs& in, ActPrecision precision,
                                   ActivationScales scales) {
-  if (precision == ActPrecision::a4)
+  layer.validate();
+  if (precision == ActPrecision::a4) {
     for (const auto& [name, v] : {std::pair{"a1_gs", scales.a1_gs}, std::pair{"a2_gs", scales.a2_gs}})
       if (!(v > 0 && std::isfinite(v)))
         throw Error(std::string("reference_forward: the a4 global scale ") + name + " must be finite and > 0, got " +
                     std::to_string(v));
-  layer.validate();
+    for (const auto& [name, v] : {std::pair{"a1_gs_per_expert", &scales.a1_gs_per_expert},
+                                  std::pair{"a2_gs_per_expert", &scales.a2_gs_per_expert}}) {
+      if (!v->empty() && v->size() != static_cast<size_t>(layer.spec.experts))
+        throw Error(std::string("reference_forward: ") + name + " has " + std::to_string(v->size()) +
+                    " values, expected E = " + std::to_string(layer.spec.experts));
+      for (float s : *v)
+        if (!(s > 0 && std::isfinite(s)))
+          throw Error(std::string("reference_forward: the a4 global scale ") + name + " must be finite and > 0, got " +
+                      std::to_string(s));
+    }
+  }
   const LayerSpec& spec = layer.spec;
   check_inputs(spec, in);
 
@@ -135,7 +178,10 @@ ReferenceOutput reference_forward(const HostLayer& layer, const HostInputs& in, 
 
   std::vector<double> x(M * H);
   for (int64_t i = 0; i < M * H; ++i) x[i] = static_cast<double>(bf16_to_float(in.x[i]));
-  if (precision != ActPrecision::a16)  // a16 multiplies the bf16 x as given
+  // a16 multiplies the bf16 x as given; per-expert a4 scales quantize x per routed pair (below).
+  const bool x_per_expert = precision == ActPrecision::a4 && !scales.a1_gs_per_expert.empty();
+  const std::vector<double> x_plain = x_per_expert ? x : std::vector<double>{};
+  if (precision != ActPrecision::a16 && !x_per_expert)
     for (int64_t m = 0; m < M; ++m) quantize_activations(precision, x.data() + m * H, H, scales.a1_gs);
 
   // Slots (m * K + k) per local expert, in slot order; out-of-range ids are dropped here.
@@ -152,11 +198,16 @@ ReferenceOutput reference_forward(const HostLayer& layer, const HostInputs& in, 
     if (gated) up_row[i] = fc1_row_of(spec, true, i);
   }
 
+  result.x_amax.assign(E, 0.0);
+  result.act_amax.assign(E, 0.0);
   std::vector<double> h, a;
   for (int64_t e = 0; e < E; ++e) {
     const auto& es = slots[e];
     const int64_t P = static_cast<int64_t>(es.size());
     if (P == 0) continue;
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t j = 0; j < H; ++j)
+        result.x_amax[e] = std::max(result.x_amax[e], std::fabs(static_cast<double>(bf16_to_float(in.x[(es[p] / K) * H + j]))));
 
     // FC1: h[p, r] = x[m_p] . W1[e, r] (* global) (+ bias), for every slot p routed to e.
     const uint8_t* q1 = layer.w13.data() + e * rows * H / 2;
@@ -166,12 +217,22 @@ ReferenceOutput reference_forward(const HostLayer& layer, const HostInputs& in, 
     if (nvfp4)
       for (int64_t r = 0; r < rows; ++r) g1[r] = layer.fc1_global_scale(static_cast<int>(e), static_cast<int>(r));
     h.assign(P * rows, 0.0);
+    // x of each slot: the token's row, or with per-expert a4 scales its row quantized with this expert's.
+    std::vector<double> x_e;
+    if (x_per_expert) {
+      x_e.resize(P * H);
+      for (int64_t p = 0; p < P; ++p) {
+        std::copy_n(x_plain.data() + (es[p] / K) * H, H, x_e.data() + p * H);
+        quantize_activations(precision, x_e.data() + p * H, H, scales.a1(e));
+      }
+    }
+    auto x_of = [&](int64_t p) { return x_per_expert ? x_e.data() + p * H : x.data() + (es[p] / K) * H; };
     detail::parallel_for(rows, detail::worker_count(rows, static_cast<double>(H) * (P + 1)), [&](int64_t r0, int64_t r1) {
       std::vector<double> w(H);
       for (int64_t r = r0; r < r1; ++r) {
         decode_row(spec.format, q1, s1, r, H, w.data());
         const double b = spec.has_bias ? static_cast<double>(layer.w13_bias[e * rows + r]) : 0.0;
-        for (int64_t p = 0; p < P; ++p) h[p * rows + r] = dot(x.data() + (es[p] / K) * H, w.data(), H) * g1[r] + b;
+        for (int64_t p = 0; p < P; ++p) h[p * rows + r] = dot(x_of(p), w.data(), H) * g1[r] + b;
       }
     });
 
@@ -183,8 +244,9 @@ ReferenceOutput reference_forward(const HostLayer& layer, const HostInputs& in, 
         const double g = h[p * rows + gate_row[i]];
         const double u = gated ? h[p * rows + up_row[i]] : 0.0;
         a[p * I + i] = reference_activation(spec, g, u);
+        result.act_amax[e] = std::max(result.act_amax[e], std::fabs(a[p * I + i]));
       }
-      quantize_activations(precision, a.data() + p * I, I, scales.a2_gs);
+      quantize_activations(precision, a.data() + p * I, I, scales.a2(e));
     }
 
     // FC2 and the weighted sum: out[m_p, r] += w_p * (a_p . W2[e, r] (* global) (+ bias)). Row r of out

@@ -14,6 +14,9 @@ struct PreparedLayerImpl final : PreparedLayer {
   CUcontext context = nullptr;
   DeviceBuffer fc1_w, fc1_s, fc1_gs, fc1_bias;  // fc1_bias: [E][mats][I] fp32
   DeviceBuffer fc2_w, fc2_s, fc2_gs, fc2_bias;  // fc2_bias: [E][H] fp32
+  // fc1_gs / fc2_gs: the weights' global scales ([E][mats], [E]; NVFP4 only), and in a4 layers (either
+  // format, ones in place of MXFP4's weight scales) the activations' global scales after them: FC1's plane
+  // [E][mats] + a1_gs [E] + a2_gs [E], FC2's [E] + a2_gs [E] (templates/act_quant.cuh).
   // Prepared CSF planes (include/moejit/csf_prepared.hpp) the decode kernels read instead of fc1_s /
   // fc2_s where fc1_csf / fc2_csf; fc1_s and fc2_s stay for the batch family.
   struct CsfBuffers {

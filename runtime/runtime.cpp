@@ -176,6 +176,14 @@ std::shared_ptr<PreparedLayer> Runtime::prepare(const HostLayer& layer, const Pr
   v.w2_scale = up(fc2_plain);
   v.w2_global_scale = up(layer.w2_global_scale);
   v.w2_bias = up(layer.w2_bias);
+  if (layer.spec.precision == ActPrecision::a4) {
+    // The view takes one count for both: broadcast a [1] scale where the other is [E].
+    const size_t n = std::max(layer.a1_gs.size(), layer.a2_gs.size());
+    auto widen = [&](const std::vector<float>& s) { return s.size() == n ? s : std::vector<float>(n, s.at(0)); };
+    v.a1_gs = up(widen(layer.a1_gs));
+    v.a2_gs = up(widen(layer.a2_gs));
+    v.a_gs_count = static_cast<int>(n);
+  }
   std::shared_ptr<PreparedLayer> prepared = prepare(v, nullptr);
   PreparedLayerImpl& impl = const_cast<PreparedLayerImpl&>(impl_of(*prepared));
   const LayerSpec& spec = layer.spec;

@@ -2,6 +2,7 @@
 // gate/up rows for a pass's pairs, stored as FC2's operand. Params: any FC1 parameter struct with bias,
 // alpha, beta, limit and act.
 #pragma once
+#include "act_quant.cuh"
 #include "activations.cuh"
 #include "expert_work.cuh"
 #include "fp4_decode.cuh"
@@ -31,4 +32,60 @@ MOEJIT_DEVICE void fc1_store_pass(const Params& p, const ExpertWork& work, int s
     const int at = kMmaOrder ? slab * 16 + mma_k_position(r) : row;
     p.act[(size_t)work.pairs[t] * kI + at] = f32_to_bf16(a * kActScale);
   });
+}
+
+// The a8 / a4 form of fc1_store_pass (the key's kActPrecision): the activations of kSub adjacent slabs
+// (slab0, slab0 + 1, ...; one scale block along I: a4's 16 rows are one slab, a8's 32 rows two) are
+// quantized as the reference quantizes the intermediate, from their fp32 values, and stored as the
+// operand times 2^64 (a4 without 1/gs, which FC2 folds into its output multiplier). A column's 16 rows of
+// a slab sit in the 8 lanes of one lane % 4 (rows g and g + 8), so a block's maximum is a reduction over
+// those lanes and the lane's own accumulators. Every lane of warp 0 calls it; sub_valid: bit j set when
+// slab slab0 + j exists. out_gs: a4's global scale of the intermediate (a2_gs of the expert).
+template <int kAct, bool kLimit, bool kBias, int kI, int kMats, int kNT, int kCols, int kSub, bool kMmaOrder = false,
+          class Params>
+MOEJIT_DEVICE void fc1_store_pass_quantized(const Params& p, const ExpertWork& work, int slab0, u32 sub_valid, int pass,
+                                            int live, const float (&acc)[kSub][kNT][kMats][4], float gs, float gs_up,
+                                            float out_gs) {
+  static_assert(kActPrecision == kActA16 || kSub * 16 == kActBlock<kActPrecision>, "one scale block of rows");
+  const int e = work.expert;
+  const int lane = lane_id(), g = lane >> 2, c4 = lane & 3;
+  float a[kSub][kNT][4];
+  unsigned amax[kNT][2] = {};  // per n-tile and column parity (accumulators i & 1)
+#pragma unroll
+  for (int j = 0; j < kSub; ++j)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int t = pass_pair<kCols>(pass, nt, c4, i);
+        a[j][nt][i] = 0.f;
+        if (!((sub_valid >> j) & 1u) || !(nt < live && t >= 0 && t < work.count)) continue;
+        const int row = (slab0 + j) * 16 + g + (i >> 1) * 8;
+        float gate = acc[j][nt][0][i] * gs, up = kMats == 2 ? acc[j][nt][kMats - 1][i] * gs_up : 0.f;
+        if (kBias) {
+          gate += p.bias[((size_t)e * kMats) * kI + row];
+          if (kMats == 2) up += p.bias[((size_t)e * kMats + 1) * kI + row];
+        }
+        const float v = apply_activation<kAct, kLimit>(gate, up, p.alpha, p.beta, p.limit);
+        a[j][nt][i] = v;
+        const unsigned b = __float_as_uint(v) & 0x7FFFFFFFu;
+        amax[nt][i & 1] = b > amax[nt][i & 1] ? b : amax[nt][i & 1];
+      }
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) amax[nt][c] = block_amax_bits<0x1C>(amax[nt][c]);
+#pragma unroll
+  for (int j = 0; j < kSub; ++j)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int t = pass_pair<kCols>(pass, nt, c4, i);
+        if (!((sub_valid >> j) & 1u) || !(nt < live && t >= 0 && t < work.count)) continue;
+        const int r = g + (i >> 1) * 8;
+        const int at = (slab0 + j) * 16 + (kMmaOrder ? mma_k_position(r) : r);
+        const float q = act_quant_value<kActPrecision, 64>(a[j][nt][i], amax[nt][i & 1], out_gs);
+        p.act[(size_t)work.pairs[t] * kI + at] = f32_to_bf16(q);
+      }
 }

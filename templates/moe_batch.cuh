@@ -101,9 +101,14 @@ struct BatchStage {
 // batch_chunk_mma scales the weights for it instead; FC1's output is stored multiplied. valid: bit j set
 // when slab j exists (the last row group may be partial); a warp without any copies only its share of the
 // activation tile and meets every barrier.
+//
+// The key's precision a8/a4 (kActPrecision) with kRawB: once a chunk's tile has landed, the CTA quantizes
+// it in place (act_quant.cuh; the operand values in the layer input's units, a4's without 1/gs) and meets
+// a second barrier before the MMAs: each thread takes 4-value pieces, and the pieces of 4 (a4) or 8 (a8)
+// consecutive threads are one row's scale block. x_gs: a4's global scale of x.
 template <bool kNvfp4, int kK, int kMats, int kSlabs, int kWarps, int kNT, int kStages, bool kRawB, typename RowOf>
 MOEJIT_DEVICE void batch_slab_mma(const u32x4* w, const u8* s, u32 valid, int live_tiles, RowOf row_of, u8* smem,
-                                  float (&acc)[kNT][kSlabs * kMats][4]) {
+                                  float (&acc)[kNT][kSlabs * kMats][4], float x_gs = 1.f) {
   using SG = ScaleGeometry<kNvfp4>;
   using Stage = BatchStage<kNvfp4, kMats, kWarps, kNT, kSlabs>;
   constexpr int kChunks = (kK + 63) / 64;
@@ -157,6 +162,17 @@ MOEJIT_DEVICE void batch_slab_mma(const u32x4* w, const u8* s, u32 valid, int li
     const int next = chunk + kStages - 1;
     if (next < kChunks) issue(next % kStages, next);
     cp_async_commit();
+    if constexpr (kRawB && kActPrecision != kActA16) {
+      u16* tile = reinterpret_cast<u16*>(smem + stage * Stage::kBytes);
+      static_assert(Stage::kTile * 16 % 32 == 0, "whole warps of pieces");
+      for (int piece = threadIdx.x; piece < Stage::kTile * 16; piece += kThreads) {  // warp-uniform bound
+        u32x2* at = reinterpret_cast<u32x2*>(tile + (piece >> 4) * kBatchRowStride + ((piece >> 2) & 3) * 16 + 4 * (piece & 3));
+        u32x2 v[1] = {*at};
+        quantize_pieces<kActPrecision, 0, kActPrecision == kActA8 ? 0x7 : 0x3>(v, x_gs);
+        *at = v[0];
+      }
+      __syncthreads();  // the quantized tile is visible to every warp
+    }
     if (valid) {
       const u8* at = smem + stage * Stage::kBytes;
       const u16* tile = reinterpret_cast<const u16*>(at);
@@ -220,11 +236,35 @@ __device__ void moe_batch_fc1(const BatchFc1Params& p) {
   };
   float acc[kNT][kPerWarp * kMats][4];
   batch_slab_mma<kNvfp4, kH, kMats, kPerWarp, kWarps, kNT, kStages, true>(ops.w, ops.s, valid, live, row_of, batch_ring,
-                                                                          acc);
+                                                                          acc, act_fc1_x_gs<kMats>(p.gscale, t.expert));
   const ExpertWork work{0, t.expert, t.count, t.pairs};
   const int g = global_scale_index<kMats>(t.expert);
-  const float gs = batch_output_scale<kNvfp4, kNT, true>(p.gscale, g);
-  const float gs_up = kMats == 2 ? batch_output_scale<kNvfp4, kNT, true>(p.gscale, g + 1) : gs;
+  const float unscale = act_unscale(act_fc1_x_gs<kMats>(p.gscale, t.expert));  // a4: x's 1/a1_gs
+  const float gs = batch_output_scale<kNvfp4, kNT, true>(p.gscale, g) * unscale;
+  const float gs_up = kMats == 2 ? batch_output_scale<kNvfp4, kNT, true>(p.gscale, g + 1) * unscale : gs;
+  if constexpr (kActPrecision != kActA16) {
+    // One scale block of rows at a time (a4: a slab; a8: two, so the key has two slabs per warp, which
+    // start at an even slab): the intermediate quantized in the epilogue, as the decode family does.
+    constexpr int kSub = kActPrecision == kActA8 ? 2 : 1;  // 16-row slabs per scale block (a16: unused)
+    static_assert(kPerWarp % kSub == 0, "a8 needs two slabs per warp (the key rule)");
+    const float out_gs = act_fc1_out_gs<kMats>(p.gscale, t.expert);
+#pragma unroll
+    for (int j0 = 0; j0 < kPerWarp; j0 += kSub) {
+      if (!(valid >> j0 & 1u)) continue;
+      float part[kSub][kNT][kMats][4];
+#pragma unroll
+      for (int j = 0; j < kSub; ++j)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int m = 0; m < kMats; ++m)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) part[j][nt][m][i] = acc[nt][(j0 + j) * kMats + m][i];
+      fc1_store_pass_quantized<kAct, kLimit, kBias, kI, kMats, kNT, 8, kSub>(p, work, slab + j0, (valid >> j0) & 3u,
+                                                                             t.first, live, part, gs, gs_up, out_gs);
+    }
+    return;
+  }
 #pragma unroll
   for (int j = 0; j < kPerWarp; ++j) {
     if (!(valid >> j & 1u)) continue;
@@ -261,7 +301,8 @@ __device__ void moe_batch_fc2(const BatchFc2Params& p) {
   float acc[kNT][kPerWarp][4];
   batch_slab_mma<kNvfp4, kI, 1, kPerWarp, kWarps, kNT, kStages, false>(ops.w, ops.s, valid, live, row_of, batch_ring, acc);
   const int e = t.expert;
-  const float gs = batch_output_scale<kNvfp4, kNT, false>(p.gscale, e);
+  float gs = batch_output_scale<kNvfp4, kNT, false>(p.gscale, e);
+  if (kActPrecision == kActA4) gs *= act_unscale(act_fc2_gs(p.gscale, e));  // a4: the intermediate's 1/a2_gs
 #pragma unroll
   for (int j = 0; j < kPerWarp; ++j) {
     if (!(valid >> j & 1u)) continue;

@@ -19,6 +19,41 @@ __device__ void moe_decode_fc1_work(const DecodeFc1Params& p, const ExpertWork& 
   constexpr int kStageArea = kStageZeros + kPartChunks * 16;
   __shared__ u32x2 x_stage[kXStaged ? kWarps * kStageArea : 1];
   const int warp = threadIdx.x >> 5;
+  if constexpr (kActPrecision != kActA16) {
+    // a8 / a4: x is quantized where slab_mma reads it, the intermediate in the epilogue, one scale block
+    // of rows at a time. a8's blocks are 32 rows: the CTA of the even slab computes both slabs of its block
+    // (the odd slab's CTA has nothing to do), so the block's maximum is in one warp's registers.
+    constexpr int kSub = kActPrecision == kActA8 ? 2 : 1;  // 16-row slabs per scale block (a16: unused)
+    if (slab % kSub != 0) return;
+    const u32 sub_valid = kSub == 2 && slab + 1 < kSlabs ? 3u : 1u;
+    SlabOperands ops[kSub];
+#pragma unroll
+    for (int j = 0; j < kSub; ++j)
+      ops[j] = slab_operands<kNvfp4, kChunks, kMats, kSlabs>(p.w, p.s, p.gscale, work.expert,
+                                                             (sub_valid >> j) & 1u ? slab + j : slab);
+    const float x_gs = act_fc1_x_gs<kMats>(p.gscale, work.expert);
+    const float out_gs = act_fc1_out_gs<kMats>(p.gscale, work.expert);
+    const float unscale = act_unscale(x_gs);  // a4: x's 1/a1_gs
+    for (int pass = 0; pass < work.count; pass += kCols * kNT) {
+      const u16* rows[kNT];
+      const int live = pass_rows<kNT, kCols>(
+          pass, work.count, [&](int t) { return p.x + (size_t)(work.pairs[t] / p.route.top_k) * kH; }, rows);
+      float acc[kSub][kNT][kMats][4];
+#pragma unroll
+      for (int j = 0; j < kSub; ++j) {
+        if (!((sub_valid >> j) & 1u)) continue;
+        slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kCols, kDepth, true, kPrefetchX>(
+            ops[j].w, ops[j].s, rows, live, acc[j], false, warp, x_stage + (kXStaged ? warp * kStageArea : 0), x_gs);
+        reduce_over_warps<kMats, kWarps, kNT>(acc[j], red);
+        __syncthreads();  // red and the staged x are reused by the next slab
+      }
+      if (warp == 0)
+        fc1_store_pass_quantized<kAct, kLimit, kBias, kI, kMats, kNT, kCols, kSub>(
+            p, work, slab, sub_valid, pass, live, acc, ops[0].gs * unscale, ops[0].gs_up * unscale, out_gs);
+      __syncthreads();
+    }
+    return;
+  }
   const SlabOperands ops = slab_operands<kNvfp4, kChunks, kMats, kSlabs, kCsfFc1>(p.w, p.s, p.gscale, work.expert,
                                                                                     slab, p.s_base, p.s_exc);
 
@@ -28,7 +63,7 @@ __device__ void moe_decode_fc1_work(const DecodeFc1Params& p, const ExpertWork& 
         pass, work.count, [&](int t) { return p.x + (size_t)(work.pairs[t] / p.route.top_k) * kH; }, rows);
     float acc[kNT][kMats][4];
     slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kCols, kDepth, true, kPrefetchX, false, kCsfFc1>(
-        ops.w, ops.s, rows, live, acc, false, warp, x_stage + (kXStaged ? warp * kStageArea : 0), ops.csf);
+        ops.w, ops.s, rows, live, acc, false, warp, x_stage + (kXStaged ? warp * kStageArea : 0), 1.f, ops.csf);
     reduce_over_warps<kMats, kWarps, kNT>(acc, red);
     if (warp == 0) fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, kCols>(p, work, slab, pass, live, acc, ops.gs,
                                                                                       ops.gs_up);

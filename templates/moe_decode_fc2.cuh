@@ -33,14 +33,14 @@ __device__ void moe_decode_fc2_item(const DecodeFc2Params& p, int slab, int slot
     const int e = work.expert, count = work.count;
     const SlabOperands ops = slab_operands<kNvfp4, kChunks, 1, kSlabs, kCsfFc2>(p.w, p.s, p.gscale, e, slab, p.s_base,
                                                                                   p.s_exc);
-    const float gs = ops.gs;
+    const float gs = kActPrecision == kActA4 ? ops.gs * act_unscale(act_fc2_gs(p.gscale, e)) : ops.gs;  // a4: 1/a2_gs
     for (int pass = 0; pass < count; pass += kCols * kNT) {
       const u16* rows[kNT];
       const int live = pass_rows<kNT, kCols>(pass, count, [&](int t) { return p.act + (size_t)work.pairs[t] * kI; }, rows);
       float acc[kNT][1][4];
       // The first pass waits for FC1 after issuing its first weight loads.
       slab_mma<kNvfp4, kI, 1, kWarps, kNT, kCols, kDepth, false, kPrefetchX, false, kCsfFc2>(
-          ops.w, ops.s, rows, live, acc, !waited, warp, nullptr, ops.csf);
+          ops.w, ops.s, rows, live, acc, !waited, warp, nullptr, 1.f, ops.csf);
       waited = true;
       reduce_over_warps<1, kWarps, kNT>(acc, red);
       if (warp == 0)

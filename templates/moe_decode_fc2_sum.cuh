@@ -61,7 +61,7 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
       float acc[kNT][kSlabsPerCta][4];
       // The warp's first unit waits for FC1 after issuing its first weight loads.
       slab_mma<kNvfp4, kI, kSlabsPerCta, kParts, kNT, kCols, kDepth, false, kPrefetchX, kSlabsPerCta == 2, kCsfFc2>(
-          ops.w, ops.s, rows, live, acc, !waited, part, nullptr, ops.csf);
+          ops.w, ops.s, rows, live, acc, !waited, part, nullptr, 1.f, ops.csf);
 #ifdef MOEJIT_TRACE
       if (!waited) MOEJIT_TRACE_WARP(1, trace_now());
       MOEJIT_TRACE_WARP(2, trace_now());
@@ -92,6 +92,7 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
 #pragma unroll
     for (int part = 0; part < kParts; ++part) y += red[(q * kParts + part) * kRows + r];
     y *= kNvfp4 ? p.gscale[e] * kAccScale : kAccScale;
+    if (kActPrecision == kActA4) y *= act_unscale(act_fc2_gs(p.gscale, e));  // a4: the intermediate's 1/a2_gs
     if (kBias) y += p.bias[(size_t)e * kH + slab * kRows + r];
     return y;
   };

@@ -134,12 +134,13 @@ inline void write_modelopt_checkpoint(const std::string& dir, const std::map<int
         t[proj + "weight"] = rows_of("U8", L.w13, H / 2, row0, I, {I, H / 2});
         t[proj + "weight_scale"] = rows_of("F8_E4M3", L.w13_scale, H / 16, row0, I, {I, H / 16});
         t[proj + "weight_scale_2"] = scalar_f32(L.w13_global_scale[split ? 2 * e + up : e]);
-        t[proj + "input_scale"] = scalar_f32(0.0125f);
+        // An a4 layer's global scales are the reciprocals of the input scales (docs/CHECKPOINTS.md).
+        t[proj + "input_scale"] = scalar_f32(L.a1_gs.empty() ? 0.0125f : 1.0f / L.a1_gs[L.a1_gs.size() == 1 ? 0 : e]);
       }
       t[x + "down_proj.weight"] = rows_of("U8", L.w2, I / 2, e * H, H, {H, I / 2});
       t[x + "down_proj.weight_scale"] = rows_of("F8_E4M3", L.w2_scale, I / 16, e * H, H, {H, I / 16});
       t[x + "down_proj.weight_scale_2"] = scalar_f32(L.w2_global_scale[e]);
-      t[x + "down_proj.input_scale"] = scalar_f32(0.02f);
+      t[x + "down_proj.input_scale"] = scalar_f32(L.a2_gs.empty() ? 0.02f : 1.0f / L.a2_gs[L.a2_gs.size() == 1 ? 0 : e]);
     }
   }
   nlohmann::json quant = {{"quant_algo", "NVFP4"}, {"kv_cache_quant_algo", nullptr}, {"group_size", 16},

@@ -20,6 +20,9 @@ inline void check_same_layer(const moejit::HostLayer& a, const moejit::HostLayer
   CHECK(a.spec.swiglu_alpha == b.spec.swiglu_alpha);
   CHECK(a.spec.swiglu_beta == b.spec.swiglu_beta);
   CHECK(a.spec.limit == b.spec.limit);
+  CHECK(a.spec.precision == b.spec.precision);
+  CHECK(a.a1_gs == b.a1_gs);
+  CHECK(a.a2_gs == b.a2_gs);
   CHECK(a.w13 == b.w13);
   CHECK(a.w13_scale == b.w13_scale);
   CHECK(a.w13_global_scale == b.w13_global_scale);

@@ -197,6 +197,29 @@ TEST_CASE("checkpoint: gate and up with different weight_scale_2 load exactly as
   CHECK(reference_forward(equal, in).out_f64 == reference_forward(L, in).out_f64);
 }
 
+TEST_CASE("checkpoint: a4 takes ModelOpt's input scales as the layer's global scales", "[checkpoint][precision]") {
+  TempDir tmp;
+  HostLayer L = make_random_layer(nvfp4_spec(), 12);
+  L.spec.precision = ActPrecision::a4;
+  L.a1_gs = {512.f, 1024.f, 256.f, 2048.f};  // powers of two: their reciprocals, and back, are exact
+  L.a2_gs = {64.f, 128.f, 32.f, 16.f};
+  const std::string dir = tmp.sub("a4");
+  moejit_test::write_modelopt_checkpoint(dir, {{1, L}});
+  CheckpointSlice a4;
+  a4.precision = ActPrecision::a4;
+  check_same_layer(load_checkpoint_layer(dir, 1, a4), L);
+  // Other precisions leave them out (the layer is the same otherwise).
+  CheckpointSlice a8;
+  a8.precision = ActPrecision::a8;
+  const HostLayer got8 = load_checkpoint_layer(dir, 1, a8);
+  CHECK(got8.spec.precision == ActPrecision::a8);
+  CHECK(got8.a1_gs.empty());
+  CHECK(load_checkpoint_layer(dir, 1).spec.precision == ActPrecision::a16);
+  // gpt-oss's MXFP4 checkpoints have no input scales: a4 is refused, naming why.
+  moejit_test::write_gpt_oss_checkpoint(tmp.sub("mx"), {{0, gpt_oss_layer(13)}});
+  CHECK_THROWS_WITH(load_checkpoint_layer(tmp.sub("mx"), 0, a4), Contains("has none"));
+}
+
 TEST_CASE("checkpoint: TP and EP slices sum to the unsliced layer", "[checkpoint]") {
   TempDir tmp;
   const HostLayer nv = make_random_layer(nvfp4_spec(), 21);

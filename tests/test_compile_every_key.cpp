@@ -41,6 +41,18 @@ const ExtraConfig kExtraConfigs[] = {
     {"silu-limit-nvfp4-ep",
      R"({"name": "silu-limit-nvfp4-ep", "format": "nvfp4", "activation": "silu", "experts": 64,
          "hidden": 4096, "intermediate": 1408, "top_k": 6, "swiglu_limit": 10.0, "ep": 4, "ep_rank": 1})"},
+    // The activation precisions (x and the intermediate quantized inside the kernels): gpt-oss-120b's layer
+    // in a8 and Qwen3-30B-A3B's in a4, and NVFP4 a8 with I / 16 odd (an FC1 CTA without a partner slab).
+    {"gpt-oss-120b-a8",
+     R"({"name": "gpt-oss-120b-a8", "format": "mxfp4", "activation": "swigluoai", "experts": 128, "hidden": 2880,
+         "intermediate": 2880, "top_k": 4, "bias": true, "gate_up_order": "interleaved", "swiglu_limit": 7.0,
+         "precision": "a8"})"},
+    {"qwen3-30b-a3b-a4",
+     R"({"name": "qwen3-30b-a3b-a4", "format": "nvfp4", "activation": "silu", "experts": 128, "hidden": 2048,
+         "intermediate": 768, "top_k": 8, "precision": "a4"})"},
+    {"relu2-nvfp4-a8",
+     R"({"name": "relu2-nvfp4-a8", "format": "nvfp4", "activation": "relu2", "experts": 64, "hidden": 1040,
+         "intermediate": 1872, "top_k": 6, "precision": "a8"})"},
 };
 
 // Every key of a config's local layer for 1..kMaxTokens tokens, and the repack kernel.

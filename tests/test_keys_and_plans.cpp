@@ -143,8 +143,9 @@ TEST_CASE("normalization resets fields a kind ignores and rejects impossible key
   k.ntiles = 9;
   CHECK_THROWS_WITH(k.normalized(), Catch::Contains("ntiles"));
   k.ntiles = 1;
-  k.precision = ActPrecision::a8;
-  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("a16"));
+  k.precision = ActPrecision::a8;  // computed by the register-fed decode kernels
+  CHECK(k.normalized().str().find(":a8:") != std::string::npos);
+  CHECK(KernelKey::parse(k.normalized().str()) == k.normalized());
   k.precision = ActPrecision::a16;
   k.experts = 2000;
   k.inline_route = true;
@@ -936,3 +937,68 @@ TEST_CASE("the prefill family: planned on sm_90a from 96 pairs per expert, force
                     Catch::Contains("share one token tile"));
 }
 
+namespace {
+// A kernel key with the layer's fields (kind and tile left at the defaults).
+KernelKey layer_key_for_test(const LayerSpec& s) {
+  KernelKey k;
+  k.format = s.format;
+  k.activation = s.activation;
+  k.precision = s.precision;
+  k.experts = s.experts;
+  k.hidden = s.hidden;
+  k.intermediate = s.intermediate;
+  k.bias = s.has_bias;
+  k.limit = s.limit.has_value();
+  return k;
+}
+}  // namespace
+
+TEST_CASE("a8 and a4: keys, the kernels that refuse them, and plans that avoid those", "[planner][keys][precision]") {
+  ScopedEnv env{"MOEJIT_DECODE_FC1", "MOEJIT_BATCH_TILE_FC1", "MOEJIT_BATCH_TILE_FC2"};
+  for (ActPrecision p : {ActPrecision::a8, ActPrecision::a4}) {
+    INFO(to_string(p));
+    LayerSpec s = gptoss();
+    s.precision = p;
+    // Every plan over the range names the precision in its FC1 and FC2 keys, never the streamed FC1 or a
+    // warpgroup-MMA tile, and a8's batch FC1 holds two slabs per warp; the route kernel stays a16.
+    for (int m = 1; m <= kMaxTokens; m = m < 64 ? m + 1 : m * 2) {
+      const Plan plan = tuned_plan(s, Arch::sm_90a, m, 132);
+      for (const KernelKey& k : plan.kernels) {
+        INFO("M=" << m << " " << k.str());
+        if (k.kind == KernelKind::route) {
+          CHECK(k.precision == ActPrecision::a16);
+          continue;
+        }
+        CHECK(k.precision == p);
+        CHECK(k.kind != KernelKind::decode_fc1_stream);
+        CHECK(!k.wgmma);
+        if (k.kind == KernelKind::batch_fc1 && p == ActPrecision::a8) CHECK(k.slabs == 2);
+      }
+    }
+    // Forcing a kernel that computes in a16 only is an error naming the precision, not a fallback.
+    KernelKey stream = layer_key_for_test(s);
+    stream.kind = KernelKind::decode_fc1_stream;
+    stream.inline_route = true;
+    CHECK_THROWS_WITH(stream.normalized(), Catch::Contains("decode_fc1_stream computes in a16 only"));
+    KernelKey wg = layer_key_for_test(s);
+    wg.kind = KernelKind::batch_fc1;
+    wg.wgmma = true;
+    wg.warps = 8;
+    wg.depth = 3;
+    CHECK_THROWS_WITH(wg.normalized(), Catch::Contains("warpgroup MMA batch kernels compute in a16 only"));
+    ::setenv("MOEJIT_DECODE_FC1", "stream", 1);
+    CHECK_THROWS_WITH(tuned_plan(s, Arch::sm_90a, 16, 132), Catch::Contains("a16 only"));
+    ::unsetenv("MOEJIT_DECODE_FC1");
+  }
+  KernelKey a8fc1 = layer_key_for_test(gptoss());
+  a8fc1.precision = ActPrecision::a8;
+  a8fc1.kind = KernelKind::batch_fc1;
+  a8fc1.slabs = 1;
+  CHECK_THROWS_WITH(a8fc1.normalized(), Catch::Contains("two slabs per warp"));
+  a8fc1.slabs = 2;
+  CHECK(a8fc1.normalized().slabs == 2);
+  // The generated source passes the precision to the templates.
+  CHECK(generate_source(a8fc1.normalized()).source.find("#define MOEJIT_ACT_PRECISION 1") != std::string::npos);
+  a8fc1.precision = ActPrecision::a16;
+  CHECK(generate_source(a8fc1.normalized()).source.find("MOEJIT_ACT_PRECISION") == std::string::npos);
+}

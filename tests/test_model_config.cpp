@@ -177,6 +177,12 @@ TEST_CASE("malformed configs name the origin and the field", "[config]") {
   CHECK_THAT(parse_error(with("swiglu_alpha", 1.5)), Catch::Contains("'swiglu_alpha'"));  // silu has no alpha
   CHECK_THAT(parse_error(with("swiglu_limit", -1.0)), Catch::Contains("'swiglu_limit'"));
   CHECK_THAT(parse_error(with("swiglu_limit", "seven")), Catch::Contains("'swiglu_limit'"));
+  CHECK_THAT(parse_error(with("precision", "a2")), Catch::Contains("'precision'") && Catch::Contains("a2"));
+  CHECK_THAT(parse_error(with("precision", 8)), Catch::Contains("'precision'"));
+  // The activation precision: a16 when absent, else as given, kept through slicing.
+  CHECK(parse_model_config(base_config().dump()).local().precision == ActPrecision::a16);
+  CHECK(parse_model_config(with("precision", "a4").dump()).local().precision == ActPrecision::a4);
+  CHECK(parse_model_config(with("precision", "a8").dump()).global.precision == ActPrecision::a8);
   CHECK_THAT(parse_error(with("tp", 3)), Catch::Contains("'tp'"));
   CHECK_THAT(parse_error(with("tp", 0)), Catch::Contains("'tp'"));
   CHECK_THAT(parse_error(with("ep", 5)), Catch::Contains("'ep'"));

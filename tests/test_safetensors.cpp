@@ -262,6 +262,52 @@ TEST_CASE("layer files: round trip of every variant", "[safetensors][layer]") {
   }
 }
 
+TEST_CASE("layer files: the activation precision and a4's input scales round trip", "[safetensors][layer][precision]") {
+  LayerSpec s = spec_of(ScaleFormat::nvfp4, Activation::silu, GateUpOrder::gate_up, false);
+  HostLayer L = make_random_layer(s, 5);
+  // a8: the metadata field only.
+  L.spec.precision = ActPrecision::a8;
+  const std::string a8 = tmp().file("a8.safetensors");
+  write_layer_file(a8, L);
+  check_same_layer(read_layer_file(a8), L);
+  CHECK(read_safetensors(a8).metadata.at("precision") == "a8");
+  CHECK(read_safetensors(a8).tensors.count("a1_gs") == 0);
+  // a4: scalar ([1]) and per-expert ([E]) scales.
+  L.spec.precision = ActPrecision::a4;
+  for (const auto& [a1, a2] : {std::pair{std::vector<float>{672.f}, std::vector<float>{1344.f}},
+                               std::pair{std::vector<float>{600.f, 700.f, 800.f}, std::vector<float>{1.f, 2.f, 3.f}}}) {
+    L.a1_gs = a1;
+    L.a2_gs = a2;
+    const std::string path = tmp().file("a4.safetensors");
+    write_layer_file(path, L);
+    check_same_layer(read_layer_file(path), L);
+    const SafetensorsFile f = read_safetensors(path);
+    CHECK(f.metadata.at("precision") == "a4");
+    CHECK(f.tensors.at("a1_gs").dtype == "F32");
+    CHECK(f.tensors.at("a1_gs").shape == std::vector<int64_t>{static_cast<int64_t>(a1.size())});
+  }
+  // a16 files carry neither (and read as a16, as files written before the field existed do).
+  L.spec.precision = ActPrecision::a16;
+  L.a1_gs.clear();
+  L.a2_gs.clear();
+  const std::string a16 = tmp().file("a16.safetensors");
+  write_layer_file(a16, L);
+  CHECK(read_safetensors(a16).metadata.count("precision") == 0);
+  CHECK(read_layer_file(a16).spec.precision == ActPrecision::a16);
+  // Errors: an a4 file without its scales, scales in an a16 file, an unknown precision.
+  SafetensorsFile f = read_safetensors(a16);
+  f.metadata["precision"] = "a4";
+  write_safetensors(a16, f);
+  CHECK_THROWS_WITH(read_layer_file(a16), Contains("a1_gs"));
+  f.metadata["precision"] = "a2";
+  write_safetensors(a16, f);
+  CHECK_THROWS_WITH(read_layer_file(a16), Contains("a2"));
+  f.metadata.erase("precision");
+  f.tensors["a1_gs"] = f.tensors.at("w2_global_scale");
+  write_safetensors(a16, f);
+  CHECK_THROWS_WITH(read_layer_file(a16), Contains("unexpected tensor 'a1_gs'"));
+}
+
 TEST_CASE("layer files: the golden layers read and re-write unchanged", "[safetensors][layer][golden]") {
   for (const char* name : moejit::test::kGoldenLayers) {
     DYNAMIC_SECTION(name) {

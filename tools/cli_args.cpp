@@ -190,6 +190,15 @@ int sm_count_from_args(const Args& args, Arch arch, std::string* note) {
   return limits.default_sm_count;
 }
 
+ActPrecision precision_from_args(const Args& args, ActPrecision fallback) {
+  if (!args.has("precision")) return fallback;
+  try {
+    return parse_act_precision(args.str("precision", ""));
+  } catch (const Error& e) {
+    throw UsageError(fmt::format("--precision: {}", e.what()));
+  }
+}
+
 std::string describe_spec(const LayerSpec& s) {
   std::string d = fmt::format("{} {} E={} (experts {}..{}) H={} I={} top_k={}", to_string(s.format),
                               to_string(s.activation), s.experts, s.expert_begin, s.expert_begin + s.experts - 1,
@@ -198,6 +207,7 @@ std::string describe_spec(const LayerSpec& s) {
   if (s.limit) d += fmt::format(" limit={}", *s.limit);
   if (s.activation == Activation::swigluoai) d += fmt::format(" alpha={} beta={}", s.swiglu_alpha, s.swiglu_beta);
   if (is_gated(s.activation)) d += fmt::format(" {}", to_string(s.gate_up_order));
+  if (s.precision != ActPrecision::a16) d += fmt::format(" {}", to_string(s.precision));
   return d;
 }
 

@@ -43,6 +43,7 @@
 
 #include "moejit/error.hpp"
 #include "moejit/host_layer.hpp"
+#include "moejit/reference.hpp"
 #include "moejit/runtime.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/graph_capture.hpp"
@@ -444,11 +445,22 @@ void write_bench_json(const BenchReport& r, const std::string& path) {
   if (!f) throw Error(fmt::format("--json {}: write failed", path));
 }
 
+namespace {
+// "a16,a8" -> {"a16", "a8"} (empty items kept, so that parse_act_precision names them).
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t comma; (comma = s.find(',', start)) != std::string::npos; start = comma + 1) out.push_back(s.substr(start, comma - start));
+  out.push_back(s.substr(start));
+  return out;
+}
+}  // namespace
+
 int cmd_bench(int argc, char** argv) {
   static const CommandSpec spec{
       "bench",
       "--config NAME|PATH [--tokens LIST] [--replays N] [--flush read|write] [--family auto|decode|batch|prefill]\n"
-      "      [--json PATH] [--dense on|off] [--seed N] [--jobs N] [--scales plain|csf|csf-random]",
+      "      [--json PATH] [--dense on|off] [--seed N] [--jobs N] [--scales plain|csf|csf-random] [--precision LIST]",
       "time layers in CUDA graphs",
       "Times forward for each M inside a CUDA graph with a cold L2 (a scratch buffer of 2x the L2 size is read, or\n"
       "written with --flush write, before every replay, outside the timed events) and prints the median next to the\n"
@@ -457,7 +469,9 @@ int cmd_bench(int argc, char** argv) {
       "only reads the same number of bytes (timed the same way) and its fraction of the forward, useful TFLOP/s, their\n"
       "fraction of the dense bf16 rate measured in the same run (cuBLASLt, when installed) and of the roofline.\n"
       "The layer is random (FP4 codes uniform random bytes, valid block scales; see docs) and the inputs are\n"
-      "random with ids uniform over the local experts. Missing kernels are compiled first by parallel prewarm.\n"
+      "random with ids uniform over the local experts; in a4 its global input scales are calibrated as checkpoints\n"
+      "calibrate them (448 x 6 / amax of x and of the intermediate over a random batch, on the CPU reference).\n"
+      "Missing kernels are compiled first by parallel prewarm.\n"
       "Needs a GPU.",
       {{"config", "NAME|PATH", "bundled config name or JSON file (default: " + default_config_name() + ")"},
        {"tokens", "LIST", "token counts M (default 1,2,4,8,16,32,64)"},
@@ -469,7 +483,8 @@ int cmd_bench(int argc, char** argv) {
        {"seed", "N", "random seed (default 1)"},
        {"jobs", "N", "prewarm worker processes (default: number of CPUs)"},
        {"scales", "S", "plain (default); csf: scales made as real ones are, timed with plain and with CSF scale reads "
-                       "side by side (docs/CSF.md), with the prepared bytes; csf-random: the random scales read as CSF"}},
+                       "side by side (docs/CSF.md), with the prepared bytes; csf-random: the random scales read as CSF (a16)"},
+       {"precision", "LIST", "activation precisions timed in this run, e.g. a16,a8,a4 (default: the config's, else a16)"}},
       {}};
   Args args(spec, argc, argv, 2);
   if (args.help()) {
@@ -496,43 +511,99 @@ int cmd_bench(int argc, char** argv) {
   const GpuProbe& gpu = gpu_probe();  // in a child: the workers below are forked before this process inits CUDA
   if (!gpu.usable())
     throw Error(fmt::format("no usable GPU ({}); bench times kernels and needs a CUDA device moejit builds for", gpu.why));
-  const LayerSpec local = cfg.local();
+  const LayerSpec config_local = cfg.local();
+  std::vector<ActPrecision> precisions;
+  for (const std::string& name : split_list(args.str("precision", std::string(to_string(config_local.precision))))) {
+    try {
+      precisions.push_back(parse_act_precision(name));
+    } catch (const Error& e) {
+      throw UsageError(fmt::format("--precision: {}", e.what()));
+    }
+  }
+  if (scales != "plain" && (precisions.size() != 1 || precisions[0] != ActPrecision::a16))
+    throw UsageError("--scales csf and csf-random time a16 layers (the decode kernels read CSF scales in a16 only); "
+                     "leave --precision out or give a16");
   const int max_m = *std::max_element(tokens.begin(), tokens.end());
   const Arch arch = *gpu.info.arch;
   const int sms = gpu.info.sm_count;
   const TuningOverrides tuning = TuningOverrides::from_environment();  // read once for every plan below
-  const PrewarmSummary pw = parallel_prewarm(prewarm_keys(local, arch, max_m, sms, force, tuning), jobs);
+  std::vector<KernelKey> keys;
+  for (ActPrecision p : precisions) {
+    LayerSpec local = config_local;
+    local.precision = p;
+    for (const KernelKey& k : prewarm_keys(local, arch, max_m, sms, force, tuning))
+      if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+  }
+  const PrewarmSummary pw = parallel_prewarm(keys, jobs);
   print_prewarm_summary(pw, fmt::format("{} {}", cfg.name, to_string(arch)));
   if (pw.failed) return kExitFailed;
 
   RuntimeOptions options;
   options.tuning = tuning;  // the plans prewarmed above
   Runtime rt(options);
-  std::shared_ptr<PreparedLayer> prepared, prepared_csf;
-  {
-    const HostLayer layer = bench_layer(local, static_cast<uint64_t>(seed), scales == "csf");
-    prepared = rt.prepare(layer, PrepareOptions{ScaleReads::plain});
-    if (scales != "plain") prepared_csf = rt.prepare(layer, PrepareOptions{ScaleReads::csf});
-  }
-  if (!prepared_csf) {
-    const BenchReport rep = run_bench(rt, *prepared, cfg.name, tokens, replays, static_cast<uint64_t>(seed), flush,
-                                      force, dense == "on");
+  if (scales != "plain") {
+    // Plain and CSF scale reads of one a16 layer side by side.
+    const LayerSpec& local = config_local;
+    std::shared_ptr<PreparedLayer> prepared, prepared_csf;
+    {
+      const HostLayer layer = bench_layer(local, static_cast<uint64_t>(seed), scales == "csf");
+      prepared = rt.prepare(layer, PrepareOptions{ScaleReads::plain});
+      prepared_csf = rt.prepare(layer, PrepareOptions{ScaleReads::csf});
+    }
+    // The dense ceiling once, after both (its GEMMs slow what follows them).
+    const BenchReport rep = run_bench(rt, *prepared, cfg.name + " (plain scales)", tokens, replays,
+                                      static_cast<uint64_t>(seed), flush, force, false);
+    const BenchReport rep_csf = run_bench(rt, *prepared_csf, cfg.name + " (CSF scales)", tokens, replays,
+                                          static_cast<uint64_t>(seed), flush, force, dense == "on");
     print_bench_table(rep);
-    if (args.has("json")) write_bench_json(rep, args.str("json"));
+    print_bench_table(rep_csf);
+    print_scale_report(*prepared_csf);
+    print_scales_comparison(rep, rep_csf);
+    if (args.has("json")) {
+      write_bench_json(rep, args.str("json"));
+      write_bench_json(rep_csf, args.str("json") + ".csf.json");
+    }
     return kExitOk;
   }
-  // The dense ceiling once, after both (its GEMMs slow what follows them).
-  const BenchReport rep = run_bench(rt, *prepared, cfg.name + " (plain scales)", tokens, replays,
-                                    static_cast<uint64_t>(seed), flush, force, false);
-  const BenchReport rep_csf = run_bench(rt, *prepared_csf, cfg.name + " (CSF scales)", tokens, replays,
-                                        static_cast<uint64_t>(seed), flush, force, dense == "on");
-  print_bench_table(rep);
-  print_bench_table(rep_csf);
-  print_scale_report(*prepared_csf);
-  print_scales_comparison(rep, rep_csf);
+  // One random layer (the same weights) in each precision, timed one after the other in this process.
+  const HostLayer base = [&] {
+    LayerSpec s = config_local;
+    s.precision = ActPrecision::a16;
+    return make_random_code_layer(s, static_cast<uint64_t>(seed));
+  }();
+  std::vector<BenchReport> reports;
+  for (ActPrecision p : precisions) {
+    std::shared_ptr<PreparedLayer> prepared;
+    {
+      HostLayer layer = base;
+      if (p == ActPrecision::a4) {
+        const ActivationScales s =
+            calibrate_a4_scales(base, make_random_inputs(base.spec, 16, static_cast<uint64_t>(seed) + 1), false);
+        layer.a1_gs = {s.a1_gs};
+        layer.a2_gs = {s.a2_gs};
+      }
+      layer.spec.precision = p;
+      prepared = rt.prepare(layer);
+    }
+    const std::string name = precisions.size() > 1 || p != ActPrecision::a16 ? fmt::format("{} {}", cfg.name, to_string(p)) : cfg.name;
+    reports.push_back(run_bench(rt, *prepared, name, tokens, replays, static_cast<uint64_t>(seed), flush, force,
+                                dense == "on"));
+    print_bench_table(reports.back());
+  }
   if (args.has("json")) {
-    write_bench_json(rep, args.str("json"));
-    write_bench_json(rep_csf, args.str("json") + ".csf.json");
+    if (reports.size() == 1) {
+      write_bench_json(reports.front(), args.str("json"));
+    } else {
+      // One file per precision beside the path given: PATH with .<precision> before its extension.
+      const std::string path = args.str("json");
+      const size_t dot = path.rfind('.');
+      for (size_t i = 0; i < reports.size(); ++i) {
+        const std::string tag = std::string(to_string(precisions[i]));
+        write_bench_json(reports[i], dot == std::string::npos || dot < path.rfind('/') + 1
+                                         ? path + "." + tag
+                                         : path.substr(0, dot) + "." + tag + path.substr(dot));
+      }
+    }
   }
   return kExitOk;
 }

@@ -99,6 +99,8 @@ std::optional<ModelConfig> checkpoint_config_from_args(const Args& args);
 // The architecture named by --arch; without it the GPU's (a UsageError naming --arch when there is
 // none and fallback is empty, else *fallback with a note in *why_fallback).
 Arch arch_from_args(const Args& args, std::optional<Arch> fallback = std::nullopt, std::string* note = nullptr);
+// --precision a16|a8|a4, else `fallback` (the config's or layer's); a UsageError for another name.
+ActPrecision precision_from_args(const Args& args, ActPrecision fallback);
 // --sm-count, else the SM count of this machine's GPU when it is of `arch`, else 132 (H100/H200) with a
 // note in *note saying so.
 int sm_count_from_args(const Args& args, Arch arch, std::string* note = nullptr);

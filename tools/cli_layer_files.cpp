@@ -85,6 +85,7 @@ void check_layer_matches_config(const LayerSpec& layer, const ModelConfig& cfg, 
   }
   const auto limit = [](const std::optional<float>& l) { return l ? fmt::format("{}", *l) : std::string("none"); };
   field("swiglu_limit", limit(layer.limit), limit(want.limit));
+  field("precision", to_string(layer.precision), to_string(want.precision));
   if (diffs.empty()) return;
   std::string joined;
   for (const auto& d : diffs) joined += (joined.empty() ? "" : ", ") + d;

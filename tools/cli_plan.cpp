@@ -68,8 +68,9 @@ int cmd_plan(int argc, char** argv) {
        {"sm-count", "N", "SM count (default: the GPU's, else the architecture's usual GPU: 132 sm_90a, 148 sm_100a, 188 sm_120a, 48 sm_121a)"},
        {"max-tokens", "N", "show M = 1..N (default 64)"},
        {"tokens", "LIST", "show these M instead, e.g. 1,2,4 or 1-8,16"},
-       {"family", "F", "force a family: auto (default), decode, batch or prefill"}},
-      {}}, false, "[--arch ARCH] [--sm-count N] [--max-tokens N] [--tokens LIST]");
+       {"family", "F", "force a family: auto (default), decode, batch or prefill"},
+       {"precision", "P", "activation precision a16, a8 or a4 (default: the config's, else a16)"}},
+      {}}, false, "[--arch ARCH] [--sm-count N] [--max-tokens N] [--tokens LIST] [--precision P]");
   Args args(spec, argc, argv, 2);
   if (args.help()) {
     std::fputs(help_text(spec).c_str(), stdout);
@@ -90,7 +91,8 @@ int cmd_plan(int argc, char** argv) {
   const Arch arch = arch_from_args(args, Arch::sm_90a, &note);
   std::string sm_note;
   const int sms = sm_count_from_args(args, arch, &sm_note);
-  const LayerSpec local = cfg.local();
+  LayerSpec local = cfg.local();
+  local.precision = precision_from_args(args, local.precision);
   fmt::print("plan {} ({})\n  arch {}, {} SMs{}, tp={} ep={} ep_rank={}\n", cfg.name, describe_spec(local),
              note.empty() ? std::string(to_string(arch)) : note, sms, sm_note.empty() ? "" : " (" + sm_note + ")",
              cfg.tp, cfg.ep, cfg.ep_rank);

@@ -277,7 +277,8 @@ void print_prewarm_summary(const PrewarmSummary& s, const std::string& what) {
 int cmd_prewarm(int argc, char** argv) {
   static const CommandSpec spec = with_checkpoint_options(CommandSpec{
       "prewarm",
-      "--config NAME|PATH [--arch ARCH] [--max-tokens N] [--jobs N] [--sm-count N] [--scales plain|csf|both]",
+      "--config NAME|PATH [--arch ARCH] [--max-tokens N] [--jobs N] [--sm-count N] [--scales plain|csf|both]\n"
+      "      [--precision P]",
       "compile and cache every kernel a model config needs",
       "Compiles every kernel a layer of the config (its local TP/EP slice) needs for 1..max-tokens tokens, plus\n"
       "the architecture's weight-repack kernel, into the on-disk cache ($MOEJIT_CACHE_DIR, else\n"
@@ -288,6 +289,7 @@ int cmd_prewarm(int argc, char** argv) {
       {{"config", "NAME|PATH", "bundled config name or JSON file (default: " + default_config_name() + ")"},
        {"arch", "ARCH", "sm_90a, sm_100a, sm_120a or sm_121a (default: the GPU's; required without a GPU)"},
        {"max-tokens", "N", "largest token count M to cover (default 64)"},
+       {"precision", "P", "activation precision a16, a8 or a4 (default: the config's, else a16)"},
        {"jobs", "N", "worker processes (default: number of CPUs)"},
        {"sm-count", "N", "SM count the planner assumes (default: the GPU's, else the architecture's usual GPU: 132 sm_90a, 148 sm_100a, 188 sm_120a, 48 sm_121a)"},
        {"scales", "S", "plain (default): the kernels of plain scale reads; csf: the decode kernels that read CSF scale "
@@ -311,7 +313,8 @@ int cmd_prewarm(int argc, char** argv) {
   std::string sm_note;
   const int sms = sm_count_from_args(args, arch, &sm_note);
   if (!sm_note.empty()) fmt::print(stderr, "moejit prewarm: note: planning for {} SMs, {}\n", sms, sm_note);
-  const LayerSpec local = cfg.local();
+  LayerSpec local = cfg.local();
+  local.precision = precision_from_args(args, local.precision);
   const std::vector<KernelKey> plain_keys =
       prewarm_keys(local, arch, max_tokens, sms, Family::automatic, TuningOverrides::from_environment());
   // A layer reads either plane or both as CSF (PreparedLayer::csf_scales), which only the cooperative

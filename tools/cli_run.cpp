@@ -149,7 +149,8 @@ int cmd_run(int argc, char** argv) {
              std::chrono::duration<double, std::milli>(t2 - t1).count(), output_path.empty() ? "nothing" : output_path);
   if (!args.has("check")) return kExitOk;
 
-  const ReferenceOutput ref = reference_forward(layer, in);
+  // In the layer's precision, under its a4 scales (the kernels' quantization of x and the intermediate).
+  const ReferenceOutput ref = reference_forward(layer, in, layer.spec.precision, layer_activation_scales(layer));
   std::vector<float> actual(out.size());
   for (size_t i = 0; i < out.size(); ++i) actual[i] = bf16_to_float(out[i]);
   const Agreement a = compare(actual, ref.out_f64);

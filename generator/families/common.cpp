@@ -20,7 +20,6 @@ void normalize_common(const KernelKey& k, const KernelKey& original, int max_nti
   if (k.depth < 1 || k.depth > 8) fail("depth must be in [1, 8]");
   if (k.min_blocks < 0 || k.min_blocks > 32) fail("min_blocks must be in [0, 32]");
   if (k.inline_route && k.experts > 1024) fail("inline routing covers at most 1024 experts");
-  if (k.precision != ActPrecision::a16) fail("the kernels compute in a16 only (a8 and a4 exist in the CPU reference)");
   if (k.parts < 1 || k.parts > 8) fail("parts must be in [1, 8]");
   if (k.groups < 1 || k.groups > 8) fail("groups must be in [1, 8]");
   if (k.slabs != 1 && k.slabs != 2) fail("slabs must be 1 or 2");
@@ -33,7 +32,7 @@ KernelKey layer_key(const LayerSpec& spec, Arch arch) {
   k.arch = arch;
   k.format = spec.format;
   k.activation = spec.activation;
-  k.precision = ActPrecision::a16;
+  k.precision = spec.precision;
   k.experts = spec.experts;
   k.hidden = spec.hidden;
   k.intermediate = spec.intermediate;
@@ -52,6 +51,11 @@ std::string kernel_header(const KernelKey& key, int register_cap) {
   if (key.x_staged) header += "#define MOEJIT_X_STAGED 1\n";
   if (key.csf_scales & 1) header += "#define MOEJIT_CSF_FC1 1\n";
   if (key.csf_scales & 2) header += "#define MOEJIT_CSF_FC2 1\n";
+  // templates/act_quant.cuh: 0 a16, 1 a8, 2 a4.
+  if (key.precision != ActPrecision::a16)
+    header += fmt::format("#define MOEJIT_ACT_PRECISION {}\n", key.precision == ActPrecision::a8 ? 1 : 2);
+  // a4: where the activation scales sit in the FCs' scale planes (templates/act_quant.cuh).
+  if (key.precision == ActPrecision::a4) header += fmt::format("#define MOEJIT_ACT_EXPERTS {}\n", key.experts);
   if (register_cap > 0) header += fmt::format("#define MOEJIT_REGISTER_CAP {}\n", register_cap);
 #ifdef MOEJIT_TRACE_BUILD
   header += "#define MOEJIT_TRACE 1\n";  // a -DMOEJIT_TRACE=ON build (templates/trace.cuh)

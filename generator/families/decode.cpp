@@ -48,6 +48,11 @@ void normalize(KernelKey& k, const KernelKey& original) {
   if (k.kind == KernelKind::decode_fc1_stream) k.l2_ahead = 0;
   // Only FC1's grid kernel stages x (one item per CTA; the layer input is complete at launch).
   if (k.kind != KernelKind::decode_fc1) k.x_staged = false;
+  // docs/DECISIONS.md, "Precision": the streamed FC1 computes in a16 only; the planner keeps a8/a4 on the
+  // register-fed FC1 kernels.
+  if (k.kind == KernelKind::decode_fc1_stream && k.precision != ActPrecision::a16)
+    fail(fmt::format("decode_fc1_stream computes in a16 only, not {} (use decode_fc1 or decode_fc1_loop)",
+                     to_string(k.precision)));
   if (k.x_staged && k.ntiles != 1) fail("a staged x row serves one 8-column tile (ntiles 1)");
   if ((k.kind == KernelKind::decode_fc2_sum || k.kind == KernelKind::decode_fc1_loop ||
        k.kind == KernelKind::decode_fc1_stream) &&

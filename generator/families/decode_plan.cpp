@@ -234,10 +234,13 @@ Plan plan_decode(const PlanRequest& r) {
   const int fc1_warp_chunks = fc1_chunks_per_warp(fc1);
   if (fc1.inline_route && !cooperative) {
     // FC1 grids of more than one wave with inline routing: one wave of CTAs walks the items (v6); long
-    // slabs (more than 16 chunks per warp) stream their weights through shared memory instead (v7).
-    const DecodeFc1Variant v = tuning.decode_fc1.value_or(!fc1_multi_wave          ? DecodeFc1Variant::grid
-                                                          : fc1_warp_chunks <= 16 ? DecodeFc1Variant::loop
-                                                                                  : DecodeFc1Variant::stream);
+    // slabs (more than 16 chunks per warp) stream their weights through shared memory instead (v7), in a16
+    // (the streamed FC1 computes in a16 only; a8/a4 walk the items with the register-fed loop).
+    const bool streams = spec.precision == ActPrecision::a16;
+    const DecodeFc1Variant v =
+        tuning.decode_fc1.value_or(!fc1_multi_wave                         ? DecodeFc1Variant::grid
+                                   : fc1_warp_chunks <= 16 || !streams ? DecodeFc1Variant::loop
+                                                                       : DecodeFc1Variant::stream);
     if (v == DecodeFc1Variant::loop) {
       fc1.kind = KernelKind::decode_fc1_loop;
       if (fc1.ntiles == 1 && fc1.warps == 4 && fc1_warp_chunks > 8) fc1.min_blocks = 8;

@@ -35,6 +35,9 @@ void normalize(KernelKey& k, const KernelKey& original) {
   auto fail = [&](std::string_view rule) { throw Error(fmt::format("kernel key {}: {}", original.str(), rule)); };
   normalize_common(k, original, 32);
   if (k.arch != Arch::sm_90a) fail("the prefill family runs on sm_90a's warpgroup MMA only");
+  if (k.precision != ActPrecision::a16)
+    fail(fmt::format("the prefill family computes a16 only; {} layers run on the decode and batch families",
+                     to_string(k.precision)));
   if (k.warps % 4 || k.warps > 16) fail("prefill kernels take 1..4 consumer warpgroups (warps 4, 8, 12, 16)");
   if (k.ntiles % 2 || k.ntiles < 2) fail("prefill tiles hold an even number of n8 blocks (16..256 tokens)");
   if (k.inline_route) fail(fmt::format("{} reads the route kernel's lists (i0)", to_string(k.kind)));

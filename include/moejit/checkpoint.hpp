@@ -39,6 +39,10 @@ std::string checkpoint_format_name(CheckpointFormat f);
 struct CheckpointSlice {
   int tp = 1, tp_rank = 0;
   int ep = 1, ep_rank = 0;
+  // The activation precision the rank runs the layer in (LayerSpec::precision). a4 loads a ModelOpt
+  // checkpoint's input scales as the layer's global scales (a1_gs = 1 / max(gate, up input_scale), a2_gs =
+  // 1 / down_proj input_scale, per expert: docs/CHECKPOINTS.md); a checkpoint without them cannot run a4.
+  ActPrecision precision = ActPrecision::a16;
 };
 
 // What a checkpoint holds, read from config.json, the quantization config and the shard headers

@@ -28,6 +28,10 @@ struct HostLayer {
   std::vector<uint8_t> w2_scale;          // [E, H, I/block]
   std::vector<float> w2_global_scale;     // [E], nvfp4 only
   std::vector<float> w2_bias;             // [E, H], when spec.has_bias
+  // a4 only (spec.precision): the global input scales of x (a1_gs) and of the intermediate (a2_gs), each
+  // [1] (every expert) or [E], finite and > 0. They multiply (NVFP4 block scale e4m3(amax * gs / 6)), so a
+  // ModelOpt checkpoint's input_scale s (which divides) gives gs = 1 / s (docs/DECISIONS.md, "Precision").
+  std::vector<float> a1_gs, a2_gs;
   // A scale plane may instead be held in the compressed scale format (docs/CSF.md, rows E * rows per
   // expert): then its plain vector above is empty. Exactly one of the two forms holds each plane.
   std::optional<CsfPlane> w13_scale_csf;
@@ -35,7 +39,8 @@ struct HostLayer {
 
   // Throws moejit::Error naming the tensor whose size does not match spec (or the spec's own rule,
   // LayerSpec::validate), a tensor the spec does not use (biases without has_bias, global scales for
-  // mxfp4) and a non-finite global scale.
+  // mxfp4) and a non-finite global scale; a4 input scales missing, of another size than [1] or [E], or not
+  // finite and > 0, and input scales given for a16 or a8.
   void validate() const;
   // Exactly dequantized FC1/FC2 weight element (row, k) of local expert e: FC1 rows in logical order
   // (spec.gate_up_order, 0 <= row < fc1_rows, 0 <= k < H), FC2 rows 0 <= row < H, 0 <= k < I. The

@@ -13,6 +13,9 @@ namespace moejit {
 struct ReferenceOutput {
   std::vector<double> out_f64;   // [M, H] before the final rounding
   std::vector<uint16_t> out;     // [M, H] bf16 bits
+  // [E]: per local expert, the largest |x| of the tokens routed to it and the largest |intermediate|
+  // (the fp64 activation before its rounding), 0 where no pair was routed: what a4 calibration reads.
+  std::vector<double> x_amax, act_amax;
 };
 
 // The caller's global input scales of the a4 mode (DESIGN §1): a1_gs for x, a2_gs for the intermediate.
@@ -20,7 +23,21 @@ struct ReferenceOutput {
 struct ActivationScales {
   float a1_gs = 1.0f;
   float a2_gs = 1.0f;
+  // Per local expert (size E) where a checkpoint calibrated each expert's inputs apart (ModelOpt's
+  // input_scale per expert): then they replace the scalars, and x is quantized per routed pair with its
+  // expert's a1_gs.
+  std::vector<float> a1_gs_per_expert, a2_gs_per_expert;
+  float a1(int64_t e) const { return a1_gs_per_expert.empty() ? a1_gs : a1_gs_per_expert[e]; }
+  float a2(int64_t e) const { return a2_gs_per_expert.empty() ? a2_gs : a2_gs_per_expert[e]; }
 };
+// a4 global scales calibrated as NVFP4 checkpoints calibrate their input scales: gs = 448 * 6 / amax, amax
+// the tensor's largest magnitude over a calibration batch (x and the intermediate as the a16 reference
+// computes them). per_expert: one scale per local expert (an expert that received no pair takes the
+// overall scale); else one scalar each. Throws moejit::Error when the batch routes no pair to the layer
+// or a tensor is all zero (no scale maps a zero range).
+ActivationScales calibrate_a4_scales(const HostLayer& layer, const HostInputs& calibration, bool per_expert);
+// The a4 scales a layer carries (HostLayer::a1_gs, a2_gs: [1] or [E]); the defaults for other precisions.
+ActivationScales layer_activation_scales(const HostLayer& layer);
 
 // Every precision mode of DESIGN §1: a16 uses x as given and rounds the intermediate to bf16; a8 and a4
 // quantize x (per token along H) and the intermediate (per routed pair along I, from its fp64 value)

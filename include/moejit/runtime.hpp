@@ -52,6 +52,10 @@ struct DeviceLayerView {
   DevicePtr w13 = 0, w13_scale = 0, w13_global_scale = 0, w13_bias = 0;
   DevicePtr w2 = 0, w2_scale = 0, w2_global_scale = 0, w2_bias = 0;
   bool w13_global_scale_gate_up = false;  // w13_global_scale is [E, 2] (gate, up) rather than [E]
+  // a4 layers (spec.precision): the f32 global input scales of x and of the intermediate (HostLayer's
+  // a1_gs, a2_gs), each [a_gs_count] with a_gs_count 1 (every expert) or E; 0 for a16 and a8.
+  DevicePtr a1_gs = 0, a2_gs = 0;
+  int a_gs_count = 0;
 };
 
 struct ForwardArgs {

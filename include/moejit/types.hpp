@@ -78,6 +78,9 @@ struct LayerSpec {
   float swiglu_alpha = 1.702f;
   float swiglu_beta = 1.0f;
   std::optional<float> limit;  // clamp limit L (silu, swigluoai); none means no clamp
+  // Activation precision of FC1's and FC2's operands (DESIGN §1): a16, a8 (MXFP8) or a4 (NVFP4 under the
+  // layer's global input scales, HostLayer::a1_gs / a2_gs).
+  ActPrecision precision = ActPrecision::a16;
 
   // Rows of the FC1 matrix: 2I for gated activations, I for relu2.
   int fc1_rows() const { return is_gated(activation) ? 2 * intermediate : intermediate; }

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <string_view>
 #include <vector>
 
@@ -119,6 +120,43 @@ std::shared_ptr<PreparedLayerImpl> prepare_layer(ModuleRegistry& modules, Arch a
       layer->fc1_gs = copy_device(v.w13_global_scale, (v.w13_global_scale_gate_up ? 2 : 1) * E * sizeof(float), stream);
     }
     layer->fc2_gs = copy_device(v.w2_global_scale, E * sizeof(float), stream);
+  }
+  if (spec.precision == ActPrecision::a4) {
+    // The kernels read one scale per local expert: a [1] view is broadcast. Checked here (E values):
+    // a scale that is not finite and > 0 would turn whole experts into NaN or zeros.
+    if (!v.a1_gs || !v.a2_gs)
+      throw Error("prepare: an a4 layer needs its global input scales a1_gs and a2_gs (a null pointer was given)");
+    if (v.a_gs_count != 1 && v.a_gs_count != spec.experts)
+      throw Error(fmt::format("prepare: a_gs_count must be 1 or E = {} for an a4 layer, got {}", spec.experts,
+                              v.a_gs_count));
+    std::vector<float> a[2];
+    for (int i = 0; i < 2; ++i) {
+      const char* name = i == 0 ? "a1_gs" : "a2_gs";
+      std::vector<float> given(v.a_gs_count);
+      check(driver().cuStreamSynchronize(stream), "cuStreamSynchronize");
+      check(driver().cuMemcpyDtoH(given.data(), i == 0 ? v.a1_gs : v.a2_gs, given.size() * sizeof(float)),
+            "cuMemcpyDtoH(a_gs)");
+      for (size_t j = 0; j < given.size(); ++j)
+        if (!(given[j] > 0 && std::isfinite(given[j])))
+          throw Error(fmt::format("prepare: {}[{}] must be finite and > 0, got {}", name, j, given[j]));
+      a[i] = given.size() == E ? given : std::vector<float>(E, given[0]);
+    }
+    // The kernels read them from the FCs' scale planes, after the weights' global scales (ones for MXFP4).
+    const size_t mats1 = is_gated(spec.activation) ? 2 : 1;
+    std::vector<float> p1(mats1 * E, 1.0f), p2(E, 1.0f);
+    if (nv) {
+      check(driver().cuStreamSynchronize(stream), "cuStreamSynchronize");
+      check(driver().cuMemcpyDtoH(p1.data(), layer->fc1_gs.ptr(), p1.size() * sizeof(float)), "cuMemcpyDtoH(fc1_gs)");
+      check(driver().cuMemcpyDtoH(p2.data(), layer->fc2_gs.ptr(), p2.size() * sizeof(float)), "cuMemcpyDtoH(fc2_gs)");
+    }
+    p1.insert(p1.end(), a[0].begin(), a[0].end());
+    p1.insert(p1.end(), a[1].begin(), a[1].end());
+    p2.insert(p2.end(), a[1].begin(), a[1].end());
+    layer->fc1_gs = DeviceBuffer::from(p1);
+    layer->fc2_gs = DeviceBuffer::from(p2);
+  } else {
+    refuse(v.a1_gs, "a1_gs", "only the a4 precision has input scales");
+    refuse(v.a2_gs, "a2_gs", "only the a4 precision has input scales");
   }
   if (spec.has_bias) {
     // Biases are small: reorder FC1's into [E][mats][I] on the host.

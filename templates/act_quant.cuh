@@ -1,0 +1,238 @@
+// Activation quantization of the a8 (MXFP8) and a4 (NVFP4) precision modes on the GPU, with the rules of
+// the fp64 reference (reference/activation_quant.cpp, docs/DECISIONS.md "Precision"). The kernels keep
+// bf16 tensor-core operands: a quantized value is an e4m3 value times a power of two (a8) or an e2m1
+// value times an e4m3 scale (a4), both exact in bf16, so the operand is the dequantized value itself.
+// a4's 1/gs is not applied to the operand (it would not be exact); the kernels fold it into their fp32
+// output multiplier instead.
+//
+// The scalar arithmetic below compiles for the host too (tests/test_act_quant_device.cpp checks it bit
+// for bit against the reference); the warp-level block reductions are device-only.
+//
+// Exactness: a8 divides by a power of two (exact). a4's two roundings are of exact quotients
+// (amax * gs / 6 and v * gs / s), as the reference's: the fp32 quotient picks a grid point within one
+// step, and fmaf's single rounding of a*b - m*d (m*d exact: at most 7 significant bits) gives the sign
+// of the exact comparison with each neighbouring midpoint m, which settles the rounding and its ties.
+#pragma once
+
+#if defined(__CUDACC__)
+#include "device_core.cuh"
+#define MOEJIT_AQ_FN __device__ __forceinline__
+#define MOEJIT_AQ_NS_BEGIN
+#define MOEJIT_AQ_NS_END
+#else
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#define MOEJIT_AQ_FN inline
+#define MOEJIT_AQ_NS_BEGIN namespace moejit::act_quant {
+#define MOEJIT_AQ_NS_END }
+#endif
+
+MOEJIT_AQ_NS_BEGIN
+
+#if defined(__CUDACC__)
+MOEJIT_AQ_FN unsigned aq_bits(float v) { return __float_as_uint(v); }
+MOEJIT_AQ_FN float aq_float(unsigned b) { return __uint_as_float(b); }
+MOEJIT_AQ_FN float aq_rint(float v) { return rintf(v); }
+MOEJIT_AQ_FN float aq_fma(float a, float b, float c) { return fmaf(a, b, c); }
+#else
+MOEJIT_AQ_FN unsigned aq_bits(float v) {
+  std::uint32_t b;
+  std::memcpy(&b, &v, 4);
+  return b;
+}
+MOEJIT_AQ_FN float aq_float(unsigned b) {
+  float v;
+  std::uint32_t u = b;
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+MOEJIT_AQ_FN float aq_rint(float v) { return std::nearbyint(v); }  // the default mode: nearest even
+MOEJIT_AQ_FN float aq_fma(float a, float b, float c) { return std::fma(a, b, c); }
+#endif
+
+// The precision modes as the generated source passes them (MOEJIT_ACT_PRECISION).
+constexpr int kActA16 = 0, kActA8 = 1, kActA4 = 2;
+
+// floor(log2(a)) for a > 0 normal; -127 for zero and fp32 subnormals (callers clamp from below).
+MOEJIT_AQ_FN int aq_floor_log2(float a) { return (int)((aq_bits(a) >> 23) & 0xFFu) - 127; }
+// 2^n for n in [-149, 127].
+MOEJIT_AQ_FN float aq_pow2(int n) { return n >= -126 ? aq_float((unsigned)(n + 127) << 23) : aq_float(1u << (n + 149)); }
+// Non-finite: the fp32 bits of |v| at or above infinity's.
+MOEJIT_AQ_FN bool aq_nonfinite_bits(unsigned abs_bits) { return abs_bits >= 0x7F800000u; }
+
+// A saturating floating-point grid: e4m3 (min exponent -6, 3 mantissa bits, max 448) or e2m1 (0, 1, 6).
+struct AqE4m3 {
+  static constexpr int kMinExp = -6, kMant = 3;
+  static constexpr float kMax = 448.f;
+};
+struct AqE2m1 {
+  static constexpr int kMinExp = 0, kMant = 1;
+  static constexpr float kMax = 6.f;
+};
+
+// Spacing of the grid at r (r >= 0 on the grid, or any a >= 0 for the spacing of its binade).
+template <class G>
+MOEJIT_AQ_FN float aq_quantum(float r) {
+  const int e = aq_floor_log2(r) > G::kMinExp ? aq_floor_log2(r) : G::kMinExp;
+  return aq_pow2(e - G::kMant);
+}
+// Nearest grid point of a >= 0 (ties to even), saturating at G::kMax (infinity too).
+template <class G>
+MOEJIT_AQ_FN float aq_grid_round(float a) {
+  if (!(a < G::kMax)) return G::kMax;
+  const int e = aq_floor_log2(a) > G::kMinExp ? aq_floor_log2(a) : G::kMinExp;
+  const float r = aq_rint(a * aq_pow2(G::kMant - e)) * aq_pow2(e - G::kMant);
+  return r < G::kMax ? r : G::kMax;
+}
+// Whether grid point r >= 0 has an even code (mantissa bit 0): r / quantum is even.
+template <class G>
+MOEJIT_AQ_FN bool aq_grid_even(float r) {
+  return (((int)(r * aq_pow2(G::kMant - (aq_floor_log2(r) > G::kMinExp ? aq_floor_log2(r) : G::kMinExp)))) & 1) == 0;
+}
+// The grid point below r > 0 on the grid: half a step when r opens a binade above the subnormal range.
+template <class G>
+MOEJIT_AQ_FN float aq_grid_pred(float r) {
+  const float q = aq_quantum<G>(r);
+  const bool binade_start = (aq_bits(r) & 0x7FFFFFu) == 0 && aq_floor_log2(r) > G::kMinExp;
+  return r - (binade_start ? 0.5f * q : q);
+}
+
+// Nearest grid point (ties to even, saturating at G::kMax) of the exact a * b / d, for finite a, b >= 0
+// and d > 0 such that every midpoint m of the grid gives an exact m * d.
+template <class G>
+MOEJIT_AQ_FN float aq_round_ratio(float a, float b, float d) {
+  float r = aq_grid_round<G>(a * b / d);  // within one grid step of the exact result
+  if (r > 0.f) {
+    const float lo = aq_grid_pred<G>(r);
+    const float c = aq_fma(a, b, -(0.5f * (lo + r)) * d);  // sign of a*b - midpoint*d, exactly
+    if (c < 0.f || (c == 0.f && !aq_grid_even<G>(r))) return lo;
+  }
+  if (r < G::kMax) {
+    const float hi = r + aq_quantum<G>(r);
+    const float c = aq_fma(a, b, -(0.5f * (r + hi)) * d);
+    if (c > 0.f || (c == 0.f && !aq_grid_even<G>(r))) return hi;
+  }
+  return r;
+}
+
+// a8: the block's shared exponent X = floor(log2(amax)) - 8, clamped to e8m0's range, from the block's
+// largest |v| given as fp32 bits (finite).
+MOEJIT_AQ_FN int a8_block_exponent(unsigned amax_bits) {
+  const float amax = aq_float(amax_bits);
+  if (amax == 0.f) return -127;  // every element is +-0 and stays so
+  const int x = aq_floor_log2(amax) - 8;  // fp32 subnormal amax: -135, clamped like the true value
+  return x < -127 ? -127 : x > 127 ? 127 : x;
+}
+// a8: e4m3(v / 2^X) * 2^(X + shift) (shift: the kernel's operand scaling, a power of two). v finite.
+template <int kShift>
+MOEJIT_AQ_FN float a8_value(float v, int x) {
+  const float a = aq_float(aq_bits(v) & 0x7FFFFFFFu);  // |v|, +0 for -0 (the sign is put back below)
+  const float q = aq_grid_round<AqE4m3>(a * aq_pow2(-x));  // x <= 119 for a finite amax: 2^-x is normal
+  const float r = q * aq_pow2(x + kShift);
+  return (aq_bits(v) >> 31) ? -r : r;
+}
+
+// a4: the block scale s = e4m3(amax * gs / 6) from the block's largest |v| (finite) and the global scale.
+MOEJIT_AQ_FN float a4_block_scale(unsigned amax_bits, float gs) {
+  return aq_round_ratio<AqE4m3>(aq_float(amax_bits), gs, 6.f);
+}
+// a4: e2m1(v * gs / s) * s * 2^shift, the operand without the 1/gs (folded into the output multiplier).
+template <int kShift>
+MOEJIT_AQ_FN float a4_value(float v, float gs, float s) {
+  const float a = aq_float(aq_bits(v) & 0x7FFFFFFFu);  // |v|, +0 for -0 (the sign is put back below)
+  const float r = s == 0.f ? 0.f : aq_round_ratio<AqE2m1>(a, gs, s) * s * aq_pow2(kShift);
+  return (aq_bits(v) >> 31) ? -r : r;
+}
+
+// One element of a block given the block's |v| maximum as fp32 bits: the quantized operand value (times
+// 2^kShift; a4 without the 1/gs), NaN for a block holding a NaN or an infinity. a16: v * 2^kShift.
+template <int kPrec, int kShift>
+MOEJIT_AQ_FN float act_quant_value(float v, unsigned amax_bits, float gs) {
+  if (kPrec == kActA16) return v * aq_pow2(kShift);
+  if (aq_nonfinite_bits(amax_bits)) return aq_float(0x7FC00000u);
+  if (kPrec == kActA8) return a8_value<kShift>(v, a8_block_exponent(amax_bits));
+  return a4_value<kShift>(v, gs, a4_block_scale(amax_bits, gs));
+}
+
+MOEJIT_AQ_NS_END
+
+#if defined(__CUDACC__)
+// The key's activation precision, passed by the generator (one kernel per translation unit): a16 when
+// unset.
+#ifndef MOEJIT_ACT_PRECISION
+#define MOEJIT_ACT_PRECISION 0
+#endif
+inline constexpr int kActPrecision = MOEJIT_ACT_PRECISION;
+static_assert(kActPrecision >= kActA16 && kActPrecision <= kActA4, "precision is a16, a8 or a4");
+// a4: the layer's local expert count (the generator passes it with a4 keys), which places the activation
+// scales in the FCs' fp32 scale planes.
+#ifndef MOEJIT_ACT_EXPERTS
+#define MOEJIT_ACT_EXPERTS 0
+#endif
+inline constexpr int kActExperts = MOEJIT_ACT_EXPERTS;
+static_assert(kActPrecision != kActA4 || kActExperts > 0, "a4 keys pass the expert count");
+
+// a4's global input scales ride in the FCs' fp32 scale planes (`gscale`), after the weights' global scales,
+// so the kernel parameter structs keep their size (a larger FC1 struct changes the a16 kernels' code):
+// FC1's plane is [E][mats] weight scales (ones for MXFP4), then a1_gs [E], then a2_gs [E]; FC2's is [E]
+// weight scales, then a2_gs [E] (runtime/families/prepare.cpp builds them). Unused outside a4.
+template <int kMats>
+MOEJIT_DEVICE float act_fc1_x_gs(const float* gscale, int e) {
+  return kActPrecision == kActA4 ? gscale[kMats * kActExperts + e] : 1.f;
+}
+template <int kMats>
+MOEJIT_DEVICE float act_fc1_out_gs(const float* gscale, int e) {
+  return kActPrecision == kActA4 ? gscale[(kMats + 1) * kActExperts + e] : 1.f;
+}
+MOEJIT_DEVICE float act_fc2_gs(const float* gscale, int e) { return kActPrecision == kActA4 ? gscale[kActExperts + e] : 1.f; }
+// The fp32 multiplier that a4 folds into an FC's output: 1/gs of its activation operand (1 otherwise).
+MOEJIT_DEVICE float act_unscale(float gs) { return kActPrecision == kActA4 ? 1.f / gs : 1.f; }
+
+// Elements per scale block along K.
+template <int kPrec>
+inline constexpr int kActBlock = kPrec == kActA8 ? 32 : kPrec == kActA4 ? 16 : 1;
+
+// The |v| maximum (as fp32 bits, NaN and infinity above every finite value) over the lanes whose ids
+// differ only in the bits of kLaneMask (a block spread over those lanes), from each lane's own maximum.
+// Every lane of the warp must call it.
+template <int kLaneMask>
+MOEJIT_DEVICE unsigned block_amax_bits(unsigned local) {
+#pragma unroll
+  for (int b = 1; b < 32; b <<= 1)
+    if (kLaneMask & b) {
+      const unsigned o = __shfl_xor_sync(0xffffffffu, local, b);
+      local = o > local ? o : local;
+    }
+  return local;
+}
+MOEJIT_DEVICE unsigned abs_bits_bf16x2_max(u32 v) {
+  const unsigned lo = (v & 0x7FFFu) << 16, hi = v & 0x7FFF0000u;
+  return lo > hi ? lo : hi;
+}
+MOEJIT_DEVICE float bf16_lo(u32 v) { return __uint_as_float(v << 16); }
+MOEJIT_DEVICE float bf16_hi(u32 v) { return __uint_as_float(v & 0xFFFF0000u); }
+MOEJIT_DEVICE u32 pack_bf16x2(float lo, float hi) { return (u32)f32_to_bf16(lo) | ((u32)f32_to_bf16(hi) << 16); }
+
+// Quantizes kN pieces of 4 bf16 layer-input values (one k16 step's share of a lane each) that together
+// with the same pieces of the lanes in kLaneMask form whole scale blocks: the pieces become the operand
+// values times 2^kShift as bf16 (a16: just the multiply). Every lane of the warp must call it.
+template <int kPrec, int kShift, int kLaneMask, int kN>
+MOEJIT_DEVICE void quantize_pieces(u32x2 (&v)[kN], float gs) {
+  unsigned m = 0;
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    const unsigned a = abs_bits_bf16x2_max(v[i].x), b = abs_bits_bf16x2_max(v[i].y);
+    m = a > m ? a : m;
+    m = b > m ? b : m;
+  }
+  if (kPrec != kActA16) m = block_amax_bits<kLaneMask>(m);
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    v[i].x = pack_bf16x2(act_quant_value<kPrec, kShift>(bf16_lo(v[i].x), m, gs),
+                         act_quant_value<kPrec, kShift>(bf16_hi(v[i].x), m, gs));
+    v[i].y = pack_bf16x2(act_quant_value<kPrec, kShift>(bf16_lo(v[i].y), m, gs),
+                         act_quant_value<kPrec, kShift>(bf16_hi(v[i].y), m, gs));
+  }
+}
+#endif
