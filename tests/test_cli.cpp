@@ -92,12 +92,14 @@ TEST_CASE("cli: plan", "[cli]") {
   for (int m : {1, 8, 9})
     for (const auto& k : make_plan(cfg.local(), Arch::sm_120a, m, 84).kernels) CHECK_THAT(r.out, Catch::Contains(k.str()));
 
-  // Past the cutover the automatic plan is the batch family; --family forces either where it can serve M.
-  r = cli({"plan", "--config", "deepseek-v3", "--arch", "sm_90a", "--tokens", "64,4096"});
+  // Past the cutovers the automatic plan is the batch family, then on sm_90a the prefill family; --family
+  // forces any where it can serve M.
+  r = cli({"plan", "--config", "deepseek-v3", "--arch", "sm_90a", "--tokens", "64,1024,4096"});
   INFO(r.out);
   CHECK(r.rc == 0);
   CHECK_THAT(r.out, Catch::Contains("decode_fc1:sm_90a:nvfp4") && Catch::Contains("batch_fc1:sm_90a:nvfp4") &&
-                        Catch::Contains("batch_fc2:sm_90a:nvfp4"));
+                        Catch::Contains("batch_fc2:sm_90a:nvfp4") && Catch::Contains("prefill_fc1:sm_90a:nvfp4") &&
+                        Catch::Contains("prefill_fc2:sm_90a:nvfp4"));
   r = cli({"plan", "--config", "deepseek-v3", "--arch", "sm_90a", "--tokens", "1", "--family", "batch"});
   INFO(r.out);
   CHECK(r.rc == 0);
@@ -271,7 +273,7 @@ TEST_CASE("cli: bad arguments exit 2 naming the argument", "[cli]") {
       {{"plan", "--config", "no-such-model"}, "--config"},
       {{"plan", "--tokens", "1,x"}, "--tokens"},
       {{"plan", "--max-tokens", "-3"}, "--max-tokens"},
-      {{"plan", "--family", "prefill"}, "--family"},
+      {{"plan", "--family", "fused"}, "--family"},
       {{"inspect"}, "KEY"},
       {{"inspect", "not-a-key"}, "KEY"},
       {{"inspect", fc1_key(), "--emit", "cubin"}, "--emit"},

@@ -831,9 +831,9 @@ TEST_CASE("the batch family: planned past the cutover, forced anywhere, keys nor
   const Plan over = tuned_plan(s, Arch::sm_120a, 600, 84);  // FC2 planned: 4 register column tiles, 2 slabs
   env.unset("MOEJIT_BATCH_TILE_FC1");
   env.set("MOEJIT_BATCH_TILE_FC2", "w4n32d2o1m1");
-  const Plan wide = tuned_plan(s, Arch::sm_90a, 4096, 132);
+  const Plan wide = tuned_plan(s, Arch::sm_90a, 4096, 132, Family::batch);
   env.set("MOEJIT_BATCH_TILE_FC2", "w4n8d3");
-  const Plan narrow = tuned_plan(s, Arch::sm_90a, 4096, 132);
+  const Plan narrow = tuned_plan(s, Arch::sm_90a, 4096, 132, Family::batch);
   env.unset("MOEJIT_BATCH_TILE_FC2");
   CHECK(wide.kernels.at(2).wgmma);
   CHECK(wide.kernels.at(2).ntiles == 32);  // 256 pairs per warpgroup MMA
