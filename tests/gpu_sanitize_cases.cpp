@@ -2,12 +2,13 @@
 // racecheck, synccheck and initcheck): prepare a layer, run a few forwards of the family, check the
 // output against the fp64 CPU reference at the small shape, and exit.
 //
-//   gpu_sanitize_cases --family decode|cooperative|batch|wgmma|csf|csf-stream --shape small|real
+//   gpu_sanitize_cases --family decode|cooperative|batch|wgmma|prefill|csf|csf-stream --shape small|real
 //
 // decode: the default decode launches (route kernel or inline routing, FC1, FC2/FC2-sum); cooperative:
 // MOEJIT_DECODE_LAUNCH=cooperative (one launch with a grid barrier, read by the Runtime's constructor);
 // batch: the batch family below the warpgroup-MMA cutover; wgmma: the
-// batch family at enough pairs per expert for warpgroup MMA (sm_90a); csf: the decode launches with
+// batch family at enough pairs per expert for warpgroup MMA (sm_90a); prefill: the prefill family forced
+// (sm_90a: gather, the persistent producer/consumer FC kernels, combine); csf: the decode launches with
 // CSF scale reads (PrepareOptions: every plane read as CSF, docs/CSF.md §8: the offsets, base bytes and
 // exception lists the kernels walk); csf-stream: the same with the streaming FC1 and FC2-sum. Every case also runs the
 // weight-repack (prepare) kernel and, where the plan has it, the route kernel. small: 3 experts, H 96,
@@ -63,13 +64,15 @@ Case case_for(const std::string& family, bool real) {
   }
   if (family == "batch") return {Family::batch, {real ? 64 : 5, real ? 200 : 17}};
   if (family == "wgmma") return {Family::batch, {real ? 512 : 64}};
+  if (family == "prefill") return {Family::prefill, {real ? 256 : 65, real ? 512 : 127}};
   if (family == "csf") return {Family::decode, {1, 5, real ? 64 : 33}, ScaleReads::csf};
   if (family == "csf-stream") {
     ::setenv("MOEJIT_DECODE_FC1", "stream", 1);
     ::setenv("MOEJIT_DECODE_FC2", "sum", 1);
     return {Family::decode, {1, 5}, ScaleReads::csf};
   }
-  throw Error(fmt::format("--family {}: expected decode, cooperative, batch, wgmma, csf or csf-stream", family));
+  throw Error(fmt::format("--family {}: expected decode, cooperative, batch, wgmma, prefill, csf or csf-stream",
+                               family));
 }
 
 int run(const std::string& family, const std::string& shape) {
@@ -132,7 +135,9 @@ int main(int argc, char** argv) {
     else if (a == "--shape") shape = argv[i + 1];
   }
   if (family.empty() || shape.empty()) {
-    std::fprintf(stderr, "usage: gpu_sanitize_cases --family decode|cooperative|batch|wgmma|csf|csf-stream --shape small|real\n");
+    std::fprintf(stderr,
+                 "usage: gpu_sanitize_cases --family decode|cooperative|batch|wgmma|prefill|csf|csf-stream --shape "
+                 "small|real\n");
     return 2;
   }
   try {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # compute-sanitizer over every kernel family at a small and a real shape (GPU machine only):
 # memcheck (with leak checking), racecheck, synccheck and initcheck, each over
-# build/tests/gpu_sanitize_cases --family F --shape S for F in decode, cooperative, batch, wgmma, csf,
+# build/tests/gpu_sanitize_cases --family F --shape S for F in decode, cooperative, batch, wgmma, prefill, csf,
 # csf-stream (the decode kernels reading CSF scales) and
 # S in small (3 experts, H 96, I 160) and real (gpt-oss-120b). Every case also runs the weight-repack and
 # (where planned) route kernels. Prints one line per (tool, family, shape) and a summary; full reports go
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 LOG_DIR=${LOG_DIR:-$BUILD_DIR/gpu-sanitize}
 TOOLS="memcheck racecheck synccheck initcheck"
-FAMILIES="decode cooperative batch wgmma csf csf-stream"
+FAMILIES="decode cooperative batch wgmma prefill csf csf-stream"
 SHAPES="small real"
 while [ $# -gt 0 ]; do
   case "$1" in
