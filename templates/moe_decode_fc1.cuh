@@ -55,7 +55,7 @@ __device__ void moe_decode_fc1_work(const DecodeFc1Params& p, const ExpertWork& 
     return;
   }
   const SlabOperands ops = slab_operands<kNvfp4, kChunks, kMats, kSlabs, kCsfFc1>(p.w, p.s, p.gscale, work.expert,
-                                                                                    slab, p.s_base, p.s_exc);
+                                                                                    slab MOEJIT_FC1_CSF_PLANES(p));
 
   for (int pass = 0; pass < work.count; pass += kCols * kNT) {
     const u16* rows[kNT];

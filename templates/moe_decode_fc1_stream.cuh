@@ -67,7 +67,7 @@ __device__ void moe_decode_fc1_stream(const DecodeFc1Params& p) {
       float acc[kNT][kMats][4];
       // CSF: the slab's offsets and side arrays (the producer copies weights only).
       const SlabOperands ops =
-          slab_operands<kNvfp4, kChunks, kMats, kSlabs, kCsfFc1>(p.w, p.s, p.gscale, work.expert, slab, p.s_base, p.s_exc);
+          slab_operands<kNvfp4, kChunks, kMats, kSlabs, kCsfFc1>(p.w, p.s, p.gscale, work.expert, slab MOEJIT_FC1_CSF_PLANES(p));
       ring.template mma_slab<kH, kNT, kCols, true>(rows, live, acc, warp, n, ops.s, ops.csf);
       reduce_over_warps<kMats, kWarps, kNT>(acc, red);
       if (warp == 0) fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, kCols>(p, work, slab, pass, live, acc, gs, gs_up);

@@ -31,8 +31,7 @@ __device__ void moe_decode_fc2_item(const DecodeFc2Params& p, int slab, int slot
 
   if (slot < work.num_active) {
     const int e = work.expert, count = work.count;
-    const SlabOperands ops = slab_operands<kNvfp4, kChunks, 1, kSlabs, kCsfFc2>(p.w, p.s, p.gscale, e, slab, p.s_base,
-                                                                                  p.s_exc);
+    const SlabOperands ops = slab_operands<kNvfp4, kChunks, 1, kSlabs, kCsfFc2>(p.w, p.s, p.gscale, e, slab MOEJIT_FC2_CSF_PLANES(p));
     const float gs = kActPrecision == kActA4 ? ops.gs * act_unscale(act_fc2_gs(p.gscale, e)) : ops.gs;  // a4: 1/a2_gs
     for (int pass = 0; pass < count; pass += kCols * kNT) {
       const u16* rows[kNT];

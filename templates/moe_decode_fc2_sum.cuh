@@ -52,8 +52,7 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
     const int slot = u / kParts, part = u % kParts;
     const int e = route.expert[slot];
     const int first = route.offset[slot], count = route.offset[slot + 1] - first;
-    const SlabOperands ops = slab_operands<kNvfp4, kChunks, 1, kSlabs, kCsfFc2>(p.w, p.s, p.gscale, e, slab * kSlabsPerCta,
-                                                                                  p.s_base, p.s_exc);
+    const SlabOperands ops = slab_operands<kNvfp4, kChunks, 1, kSlabs, kCsfFc2>(p.w, p.s, p.gscale, e, slab * kSlabsPerCta MOEJIT_FC2_CSF_PLANES(p));
     for (int pass = 0; pass < count; pass += kCols * kNT) {
       const u16* rows[kNT];
       const int live =

@@ -376,15 +376,14 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
     issue((j + kDepth) % kRing, checked);
     issue_x(kPrefetchX ? (j + 1) % kRing % kXRing : j, checked);
     if (kPinLoads) asm volatile("bar.warp.sync -1;" ::: "memory");
-    u32x2 sc[kMats];
+    // The chunk's scale bytes: the ring slot itself (a copy of it changed ptxas's spill choices at the
+    // register caps), rebuilt in place from its offsets words with CSF scales.
+    u32x2 (&sc)[kMats] = sq[j];
     if constexpr (kCsf) {
       u32 words[kMats];
 #pragma unroll
       for (int m = 0; m < kMats; ++m) words[m] = sq[j][m].x;
       csf_reader.scales(words, sc, csf.exc);
-    } else {
-#pragma unroll
-      for (int m = 0; m < kMats; ++m) sc[m] = sq[j][m];
     }
     // Staged pieces are already times 2^64 (and quantized when staged).
     constexpr int kChunkQuant = kStageX ? kActA16 : kQuant;

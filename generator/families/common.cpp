@@ -49,6 +49,9 @@ std::string kernel_header(const KernelKey& key, int register_cap) {
   }
   if (key.l2_ahead > 0) header += fmt::format("#define MOEJIT_L2_AHEAD_CHUNKS {}\n", key.l2_ahead);
   if (key.x_staged) header += "#define MOEJIT_X_STAGED 1\n";
+  // The cooperative kernel nests both phases' parameter structs: their CSF fields always exist there
+  // (templates/moe_decode_params.cuh).
+  if (key.kind == KernelKind::decode_fused) header += "#define MOEJIT_CSF_FIELDS 1\n";
   if (key.csf_scales & 1) header += "#define MOEJIT_CSF_FC1 1\n";
   if (key.csf_scales & 2) header += "#define MOEJIT_CSF_FC2 1\n";
   // templates/act_quant.cuh: 0 a16, 1 a8, 2 a4.
