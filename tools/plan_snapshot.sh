@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # plan_snapshot.sh BIN OUTDIR: what the planner and the generator produce, to compare two builds byte for
-# byte: `moejit plan` for every bundled config x sm_90a, sm_120a x auto, decode, batch (M = 1..16384), the
+# byte: `moejit plan` for every bundled config x sm_90a, sm_120a x auto, decode, batch, prefill (M = 1..16384), the
 # planner overrides of a few MOEJIT_* settings (M = 1..512, sm_90a), and `moejit inspect KEY` for every key
 # any of them names. Prints digests; diff -r two OUTDIRs for the details.
 set -euo pipefail
@@ -9,7 +9,7 @@ rm -rf "$OUT"; mkdir -p "$OUT/plans" "$OUT/src" "$OUT/variants"
 CFGS="deepseek-v3-mxfp4 deepseek-v3 gpt-oss-120b gpt-oss-20b nemotron-3-nano-30b-a3b qwen3-30b-a3b"
 for cfg in $CFGS; do
   for arch in sm_90a sm_120a; do
-    for fam in auto decode batch; do
+    for fam in auto decode batch prefill; do
       env -i PATH="$PATH" HOME=/tmp "$BIN" plan --config $cfg --arch $arch --sm-count 132 --max-tokens 16384 --family $fam > "$OUT/plans/$cfg.$arch.$fam.txt"
     done
   done
