@@ -21,6 +21,7 @@
 #pragma once
 #include "moe_batch.cuh"
 #include "wgmma.cuh"
+#include "wgmma_slab_chunk.cuh"
 
 // One stage of the ring: the B tile (8 * kNT rows of 128 bytes, 128-byte swizzle, 1024-aligned), then each
 // warp's weight runs (kMats x 32 lanes x 16 bytes) and scale bytes; rounded up to 1024 bytes so every
@@ -52,7 +53,6 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const*
   constexpr int kThreads = kWarps * 32;
   constexpr int kTile = Stage::kTile;
   constexpr int kScalePieces = kMats * Stage::kScaleChunk / 16;
-  constexpr int kStepsPerBlock = kNvfp4 ? 1 : 2;  // MXFP4 blocks span two k16 steps
   static_assert(kStages >= 3, "a ring of at least three stages: one being copied, one being multiplied, one ahead");
   static_assert(!kRawB || kStages >= 4, "the layer input is stored a step after its load: four stages at least");
   static_assert(kWarps % 4 == 0, "whole warpgroups");
@@ -145,40 +145,8 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const*
     const u8* at = ring_ptr + stage * Stage::kBytes;
     const u32x4* wr = reinterpret_cast<const u32x4*>(at + Stage::kActBytes) + warp * kMats * 32 + lane;
     const u8* sr = at + Stage::kActBytes + Stage::kWeightBytes + warp * kMats * Stage::kScaleChunk + g * SG::kBytesPerLane;
-    u32x4 wc[kMats];
-    u32x2 sc[kMats];
-    u32 sg[kMats], sg8[kMats];
-#pragma unroll
-    for (int m = 0; m < kMats; ++m) {
-      wc[m] = wr[m * 32];
-      sc[m] = kNvfp4 ? *reinterpret_cast<const u32x2*>(sr + m * Stage::kScaleChunk)
-                     : u32x2{*reinterpret_cast<const u32*>(sr + m * Stage::kScaleChunk), 0u};
-    }
-    // The k16 step st of the tile starts 32 bytes further: its descriptor's address field (bytes >> 4) is 2 st
-    // higher, with no carry (the tile is 1024-aligned and shared addresses stay below 2^18).
-    const u64 tile_desc = wgmma_desc_k_sw128(ring + stage * Stage::kBytes);
-#pragma unroll
-    for (int st = 0; st < 4; ++st) {
-      const int slot = st & 1;
-#pragma unroll
-      for (int m = 0; m < kMats; ++m)
-        if (st % kStepsPerBlock == 0) batch_row_scales<kNvfp4, kBatchScaleShift<kRawB>>(sc[m], st / kStepsPerBlock, sg[m], sg8[m]);
-      wgmma_wait<1>();  // step j - 2's MMAs, the last to read this slot, are done
-#pragma unroll
-      for (int m = 0; m < kMats; ++m) {
-        const u32 word = st == 0 ? wc[m].x : st == 1 ? wc[m].y : st == 2 ? wc[m].z : wc[m].w;
-        u32* r = ar[slot][m];
-        fp4_decode_word(word, ar[slot][m]);
-        r[0] = bf16x2_mul(r[0], sg[m]);
-        r[1] = bf16x2_mul(r[1], sg8[m]);
-        r[2] = bf16x2_mul(r[2], sg[m]);
-        r[3] = bf16x2_mul(r[3], sg8[m]);
-      }
-      wgmma_fence();
-#pragma unroll
-      for (int m = 0; m < kMats; ++m) wgmma_rs(acc[m], ar[slot][m], tile_desc + (u64)(2 * st));
-      wgmma_commit();
-    }
+    wgmma_slab_chunk<kNvfp4, kMats, Stage::kScaleChunk, kRawB>(wr, sr, wgmma_desc_k_sw128(ring + stage * Stage::kBytes),
+                                                               ar, acc, [](int) {});
   };
 
 #pragma unroll

@@ -35,6 +35,7 @@
 #include "token_tiles.cuh"
 #include "topk_combine.cuh"
 #include "wgmma.cuh"
+#include "wgmma_slab_chunk.cuh"
 
 // One stage of the ring: the B block (kN rows of 128 bytes, 1024-aligned), then each consumer warp's
 // weight runs (kMats x 32 lanes x 16 bytes) and scale bytes, rounded up to 1024 bytes. The generator's
@@ -72,14 +73,9 @@ MOEJIT_DEVICE PrefillTile prefill_tile(const i32* tiles, const RoutingArgs& r, i
                      r.pair_index + off};
 }
 
-// The first block row of a slot: the pairs of the slots before it, each slot's rounded up to 8. Called by
-// the 32 lanes of one warp; every lane returns it.
+// The first block row of a slot: the pairs of the slots before it, each slot's rounded up to 8, by one warp.
 MOEJIT_DEVICE int slot_row_base(const RoutingArgs& r, int slot) {
-  int rows = 0;
-  for (int s = lane_id(); s < slot; s += 32) rows += (r.active_offset[s + 1] - r.active_offset[s] + 7) & ~7;
-#pragma unroll
-  for (int d = 16; d > 0; d >>= 1) rows += __shfl_xor_sync(0xffffffffu, rows, d);
-  return rows;
+  return sum_over_slots(r, slot, [](int pairs) { return (pairs + 7) & ~7; });
 }
 
 // The gather: CTA (t, y) fills chunks y*kPerCta.. of tile t's block of the layer input; CTA (t, 0) writes
@@ -211,7 +207,6 @@ MOEJIT_DEVICE void prefill_consume(u32 ring, const u8* ring_ptr, const PrefillBa
                                    RingCursor<kStages>& cur, float (&acc)[kMats][kNW / 2]) {
   using SG = ScaleGeometry<kNvfp4>;
   using Stage = PrefillStage<kNvfp4, kMats, kWarps, kN>;
-  constexpr int kStepsPerBlock = kNvfp4 ? 1 : 2;  // MXFP4 blocks span two k16 steps
   const int lane = lane_id(), warp = threadIdx.x >> 5, g = lane >> 2;
 #pragma unroll
   for (int m = 0; m < kMats; ++m)
@@ -226,43 +221,13 @@ MOEJIT_DEVICE void prefill_consume(u32 ring, const u8* ring_ptr, const PrefillBa
     const u8* at = ring_ptr + stage * Stage::kBytes;
     const u32x4* wr = reinterpret_cast<const u32x4*>(at + Stage::kBBytes) + warp * kMats * 32 + lane;
     const u8* sr = at + Stage::kBBytes + Stage::kWeightBytes + warp * kMats * Stage::kScaleChunk + g * SG::kBytesPerLane;
-    u32x4 wc[kMats];
-    u32x2 sc[kMats];
-    u32 sg[kMats], sg8[kMats];
-#pragma unroll
-    for (int m = 0; m < kMats; ++m) {
-      wc[m] = wr[m * 32];
-      sc[m] = kNvfp4 ? *reinterpret_cast<const u32x2*>(sr + m * Stage::kScaleChunk)
-                     : u32x2{*reinterpret_cast<const u32*>(sr + m * Stage::kScaleChunk), 0u};
-    }
-    const u64 desc = wgmma_desc_k_sw128(ring + stage * Stage::kBytes);
-#pragma unroll
-    for (int st = 0; st < 4; ++st) {
-      const int slot = st & 1;
-#pragma unroll
-      for (int m = 0; m < kMats; ++m)
-        if (st % kStepsPerBlock == 0)
-          batch_row_scales<kNvfp4, kBatchScaleShift<kRawB>>(sc[m], st / kStepsPerBlock, sg[m], sg8[m]);
-      wgmma_wait<1>();  // step j - 2's MMAs, the last to read this slot, are done
-      if (st == 1 && prev >= 0) {
-        if (lane == 0) mbarrier_arrive(bars.empty(prev));  // every MMA of the previous chunk is done
-        prev = -1;
-      }
-#pragma unroll
-      for (int m = 0; m < kMats; ++m) {
-        const u32 word = st == 0 ? wc[m].x : st == 1 ? wc[m].y : st == 2 ? wc[m].z : wc[m].w;
-        u32* r = ar[slot][m];
-        fp4_decode_word(word, ar[slot][m]);
-        r[0] = bf16x2_mul(r[0], sg[m]);
-        r[1] = bf16x2_mul(r[1], sg8[m]);
-        r[2] = bf16x2_mul(r[2], sg[m]);
-        r[3] = bf16x2_mul(r[3], sg8[m]);
-      }
-      wgmma_fence();
-#pragma unroll
-      for (int m = 0; m < kMats; ++m) wgmma_rs(acc[m], ar[slot][m], desc + (u64)(2 * st));
-      wgmma_commit();
-    }
+    wgmma_slab_chunk<kNvfp4, kMats, Stage::kScaleChunk, kRawB>(
+        wr, sr, wgmma_desc_k_sw128(ring + stage * Stage::kBytes), ar, acc, [&](int st) {
+          if (st == 1 && prev >= 0) {
+            if (lane == 0) mbarrier_arrive(bars.empty(prev));  // every MMA of the previous chunk is done
+            prev = -1;
+          }
+        });
     prev = stage;
     cur.advance();
   }

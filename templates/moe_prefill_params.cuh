@@ -14,12 +14,11 @@ struct PrefillFc1Params {
   MOEJIT_PTR(const u16) x;         // [M][H] bf16
   MOEJIT_PTR(u16) xb;              // the gather's output: x in token-tile blocks (moe_prefill.cuh)
   MOEJIT_PTR(u16) act;             // FC1's output in token-tile blocks, bf16 times 2^64
-  MOEJIT_PTR(i32) tiles;           // [1 + 3 * max_tiles]: tile count, then (slot, first pair, row base) per tile
+  MOEJIT_PTR(i32) tiles;           // [1 + 3 * tiles]: tile count, then (slot, first pair, row base) per tile
   MOEJIT_PTR(i32) row_pair;        // per block row: its pair q, or -1 (rows past a tile's pairs)
   MOEJIT_PTR(float) row_weight;    // per block row: its pair's top-k weight, or 0
   MOEJIT_PTR(const float) topk_weights;  // [M*K]
   float alpha, beta, limit;
-  i32 max_tiles;                   // the grid's bound on the tile count
   RoutingArgs route;               // the route kernel's lists
 };
 

@@ -61,16 +61,22 @@ MOEJIT_DEVICE BatchTile batch_tile(const RoutingArgs& r, int id) {
   return found;
 }
 
-// The number of kTile-pair tiles of all active slots (each slot's pairs rounded up to whole tiles).
-// Called by the 32 lanes of one warp; every lane returns the sum.
-template <int kTile>
-MOEJIT_DEVICE int token_tile_count(const RoutingArgs& r) {
-  const int num_active = *r.num_active;
+// The sum over active slots 0..slots-1 of units(pairs routed to the slot). Called by the 32 lanes of one
+// warp; every lane returns the sum.
+template <typename Units>
+MOEJIT_DEVICE int sum_over_slots(const RoutingArgs& r, int slots, Units units) {
   int total = 0;
-  for (int s = lane_id(); s < num_active; s += 32) total += (r.active_offset[s + 1] - r.active_offset[s] + kTile - 1) / kTile;
+  for (int s = lane_id(); s < slots; s += 32) total += units(r.active_offset[s + 1] - r.active_offset[s]);
 #pragma unroll
   for (int d = 16; d > 0; d >>= 1) total += __shfl_xor_sync(0xffffffffu, total, d);
   return total;
+}
+
+// The number of kTile-pair tiles of all active slots (each slot's pairs rounded up to whole tiles), by one
+// warp.
+template <int kTile>
+MOEJIT_DEVICE int token_tile_count(const RoutingArgs& r) {
+  return sum_over_slots(r, *r.num_active, [](int pairs) { return (pairs + kTile - 1) / kTile; });
 }
 
 // The block scales of rows g and g + 8 as bf16x2 multipliers of the placed weights (fp4_decode.cuh: e2m1

@@ -79,13 +79,7 @@ std::string source(const KernelKey& key, const std::string& entry) {
                             key.str(), smem, most, to_string(key.arch)));
   // The template arguments by name; each format below uses the ones it needs.
   fmt::dynamic_format_arg_store<fmt::format_context> a;
-  a.push_back(fmt::arg("nvfp4", cpp_bool(key.format == ScaleFormat::nvfp4)));
-  a.push_back(fmt::arg("act", act_code(key.activation)));
-  a.push_back(fmt::arg("limit", cpp_bool(key.limit)));
-  a.push_back(fmt::arg("bias", cpp_bool(key.bias)));
-  a.push_back(fmt::arg("experts", key.experts));
-  a.push_back(fmt::arg("hidden", key.hidden));
-  a.push_back(fmt::arg("intermediate", key.intermediate));
+  push_layer_args(a, key);
   a.push_back(fmt::arg("warps", key.warps));
   a.push_back(fmt::arg("ntiles", key.ntiles));
   a.push_back(fmt::arg("stages", key.depth + 1));

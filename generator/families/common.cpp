@@ -110,4 +110,14 @@ std::string wgmma_rs_source(int n) {
       fmt::arg("one", regs + 5));
 }
 
+void push_layer_args(fmt::dynamic_format_arg_store<fmt::format_context>& a, const KernelKey& key) {
+  a.push_back(fmt::arg("nvfp4", cpp_bool(key.format == ScaleFormat::nvfp4)));
+  a.push_back(fmt::arg("act", act_code(key.activation)));
+  a.push_back(fmt::arg("limit", cpp_bool(key.limit)));
+  a.push_back(fmt::arg("bias", cpp_bool(key.bias)));
+  a.push_back(fmt::arg("experts", key.experts));
+  a.push_back(fmt::arg("hidden", key.hidden));
+  a.push_back(fmt::arg("intermediate", key.intermediate));
+}
+
 }  // namespace moejit::detail

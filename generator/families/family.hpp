@@ -16,6 +16,8 @@
 //   5. tests/gpu_test_<family>.cpp: the family against the fp64 reference (small and real geometry,
 //      every activation x format x bias x limit, tail shapes, skewed routing), and its keys and plans in
 //      the CPU suite.
+#include <fmt/args.h>
+
 #include <span>
 #include <string>
 #include <string_view>
@@ -85,6 +87,9 @@ KernelKey layer_key(const LayerSpec& spec, Arch arch);
 // The generated source's first lines: the key, the defines its key fields ask for, the register cap
 // (when register_cap > 0: the chunk loop's shape depends on it) and the trace switch of a trace build.
 std::string kernel_header(const KernelKey& key, int register_cap);
+// The layer's template arguments by name, for a family's source formats: {nvfp4}, {act}, {limit}, {bias}
+// (spelled as cpp_bool / act_code give them), {experts}, {hidden}, {intermediate}.
+void push_layer_args(fmt::dynamic_format_arg_store<fmt::format_context>& args, const KernelKey& key);
 // Template argument spellings.
 const char* cpp_bool(bool b);
 int act_code(Activation a);

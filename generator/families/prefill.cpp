@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "generator/families/family.hpp"
+#include "generator/families/prefill.hpp"
 #include "generator/families/route.hpp"
 #include "moejit/error.hpp"
 
@@ -18,8 +19,6 @@ namespace {
 constexpr std::pair<KernelKind, std::string_view> kKinds[] = {{KernelKind::prefill_fc1, "prefill_fc1"},
                                                                {KernelKind::prefill_fc2, "prefill_fc2"}};
 
-// Chunks of the layer input each gather CTA moves (a tile's rows x 8 chunks).
-constexpr int kGatherChunksPerCta = 8;
 
 int mats(const KernelKey& k) { return k.kind == KernelKind::prefill_fc1 ? fc1_mats(k) : 1; }
 
@@ -69,13 +68,7 @@ std::string source(const KernelKey& key, const std::string& entry) {
   const bool fc1 = key.kind == KernelKind::prefill_fc1;
   const int n = 8 * key.ntiles;
   fmt::dynamic_format_arg_store<fmt::format_context> a;
-  a.push_back(fmt::arg("nvfp4", cpp_bool(key.format == ScaleFormat::nvfp4)));
-  a.push_back(fmt::arg("act", act_code(key.activation)));
-  a.push_back(fmt::arg("limit", cpp_bool(key.limit)));
-  a.push_back(fmt::arg("bias", cpp_bool(key.bias)));
-  a.push_back(fmt::arg("experts", key.experts));
-  a.push_back(fmt::arg("hidden", key.hidden));
-  a.push_back(fmt::arg("intermediate", key.intermediate));
+  push_layer_args(a, key);
   a.push_back(fmt::arg("warps", key.warps));
   a.push_back(fmt::arg("n", n));
   a.push_back(fmt::arg("stages", key.depth + 1));
@@ -83,7 +76,7 @@ std::string source(const KernelKey& key, const std::string& entry) {
   a.push_back(fmt::arg("bytes", dynamic_smem(key)));
   a.push_back(fmt::arg("threads", threads(key)));
   a.push_back(fmt::arg("entry", entry));
-  a.push_back(fmt::arg("gather_chunks", kGatherChunksPerCta));
+  a.push_back(fmt::arg("gather_chunks", kPrefillGatherChunksPerCta));
   a.push_back(fmt::arg("params", fc1 ? "PrefillFc1Params" : "PrefillFc2Params"));
   auto format = [&](std::string_view text) { return fmt::vformat(text, a); };
   const std::string call =

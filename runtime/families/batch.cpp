@@ -17,15 +17,10 @@ namespace moejit::detail {
 
 namespace {
 
-// CTAs of a batch grid: the experts' token tiles (at most (pairs + slots * (tile - 1)) / tile, since each
-// of at most `slots` active experts rounds its pairs up to a whole tile) times the row groups (warps x
-// slabs per warp slabs of 16 rows each).
+// CTAs of a batch grid: the experts' token tiles (token_tile_bound) times the row groups (warps x slabs
+// per warp slabs of 16 rows each).
 unsigned batch_grid(const ForwardContext& ctx, const KernelKey& key, int rows) {
-  const LayerSpec& spec = ctx.layer.spec();
-  const long long pairs = static_cast<long long>(ctx.args.tokens) * spec.top_k;
-  const long long slots = std::min<long long>(pairs, spec.experts);
-  const long long tile = 8LL * key.ntiles;
-  const long long tiles = (pairs + slots * (tile - 1)) / tile;
+  const long long tiles = token_tile_bound(ctx, 8LL * key.ntiles);
   const long long slabs_per_cta = static_cast<long long>(key.warps) * key.slabs;
   const long long groups = (rows / 16 + slabs_per_cta - 1) / slabs_per_cta;
   return static_cast<unsigned>(tiles * groups);
@@ -58,12 +53,7 @@ void launch_batch(const ForwardContext& ctx) {
          LaunchShape{batch_grid(ctx, fc2_key, spec.hidden), 1, 1, static_cast<unsigned>(fc2_key.warps * 32),
                      static_cast<unsigned>(kernel_dynamic_smem(fc2_key))},
          ctx.stream, &p2, /*programmatic_dependent=*/true);
-  // Four outputs per thread, a grid-stride loop over at most 16 CTAs of 256 threads per SM.
-  const long long quads = static_cast<long long>(ctx.args.tokens) * (spec.hidden / 4);
-  const unsigned combine_grid =
-      static_cast<unsigned>(std::clamp<long long>((quads + 255) / 256, 1, 16LL * std::max(ctx.sm_count, 1)));
-  launch(ctx.modules.function(fc2_key, ctx.stream, "_combine"), LaunchShape{combine_grid, 1, 1, 256, 0}, ctx.stream,
-         &p2, /*programmatic_dependent=*/true);
+  launch_topk_combine(ctx, fc2_key, &p2);
 }
 
 }  // namespace moejit::detail

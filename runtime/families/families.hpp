@@ -71,6 +71,16 @@ void set_fc2_common(Params& p, const ForwardContext& ctx) {
   p.route = routing_args(ctx);
 }
 
+// An upper bound on the token tiles of `tile` pairs the routing of ctx's tokens can produce, from M alone
+// (no host sync): each of at most min(pairs, E) active experts rounds its pairs up to a whole tile, so at
+// most (pairs + slots * (tile - 1)) / tile.
+long long token_tile_bound(const ForwardContext& ctx, long long tile);
+
+// The top-k combine in FC2's module (entry _combine) of the families whose FC2 writes a weighted fp32 row
+// per pair (batch, prefill): four outputs per thread, a grid-stride loop over at most 16 CTAs of 256
+// threads per SM, a programmatic dependent of FC2. params: the FC2 parameter struct the combine reads.
+void launch_topk_combine(const ForwardContext& ctx, const KernelKey& fc2_key, void* params);
+
 // The launcher of a plan's family. Throws moejit::Error for a family without one.
 void launch_plan(const ForwardContext& ctx);
 

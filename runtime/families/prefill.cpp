@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "moejit/error.hpp"
+#include "generator/families/prefill.hpp"
 #include "moejit/generator.hpp"
 #include "runtime/families/families.hpp"
 #include "runtime/kernel_params.hpp"
@@ -18,23 +19,11 @@ namespace moejit::detail {
 
 namespace {
 
-// The gather's chunks per CTA (generator/families/prefill.cpp: kGatherChunksPerCta).
-constexpr long long kGatherChunksPerCta = 8;
-
-// At most (pairs + slots * (tile - 1)) / tile tiles: each of at most `slots` active experts rounds its
-// pairs up to a whole tile.
-long long max_tiles(const ForwardContext& ctx, const KernelKey& key) {
-  const LayerSpec& spec = ctx.layer.spec();
-  const long long pairs = static_cast<long long>(ctx.args.tokens) * spec.top_k;
-  const long long slots = std::min<long long>(pairs, spec.experts);
-  const long long tile = 8LL * key.ntiles;
-  return (pairs + slots * (tile - 1)) / tile;
-}
-
 // One CTA per SM, or one per unit of the bound when it is smaller.
 unsigned persistent_grid(const ForwardContext& ctx, const KernelKey& key, int rows) {
   const long long groups = (rows / 16 + key.warps - 1) / key.warps;
-  return static_cast<unsigned>(std::clamp<long long>(max_tiles(ctx, key) * groups, 1, std::max(ctx.sm_count, 1)));
+  const long long units = token_tile_bound(ctx, 8LL * key.ntiles) * groups;
+  return static_cast<unsigned>(std::clamp<long long>(units, 1, std::max(ctx.sm_count, 1)));
 }
 
 }  // namespace
@@ -52,16 +41,15 @@ void launch_prefill(const ForwardContext& ctx) {
   const LayerSpec& spec = ctx.layer.spec();
   if (ctx.args.tokens == 0) return;
   launch_route(ctx, k[0]);
-  const long long tiles = max_tiles(ctx, fc1_key);
+  const long long tiles = token_tile_bound(ctx, 8LL * fc1_key.ntiles);
   PrefillFc1Params p1{};
   set_fc1_common(p1, ctx);
   p1.xb = ctx.args.workspace + ctx.ws.partial;
   p1.tiles = ctx.args.workspace + ctx.ws.tiles;
-  p1.max_tiles = static_cast<i32>(tiles);
   p1.row_pair = ctx.args.workspace + ctx.ws.row_pair;
   p1.row_weight = ctx.args.workspace + ctx.ws.row_weight;
   p1.topk_weights = ctx.args.topk_weights;
-  const unsigned gather_y = static_cast<unsigned>(((spec.hidden + 63) / 64 + kGatherChunksPerCta - 1) / kGatherChunksPerCta);
+  const unsigned gather_y = static_cast<unsigned>(((spec.hidden + 63) / 64 + kPrefillGatherChunksPerCta - 1) / kPrefillGatherChunksPerCta);
   launch(ctx.modules.function(fc1_key, ctx.stream, "_gather"),
          LaunchShape{static_cast<unsigned>(tiles), gather_y, 1, 256, 0}, ctx.stream, &p1,
          /*programmatic_dependent=*/true);
@@ -78,12 +66,7 @@ void launch_prefill(const ForwardContext& ctx) {
          LaunchShape{persistent_grid(ctx, fc2_key, spec.hidden), 1, 1, static_cast<unsigned>(kernel_threads(fc2_key)),
                      static_cast<unsigned>(kernel_dynamic_smem(fc2_key))},
          ctx.stream, &p2, /*programmatic_dependent=*/true);
-  // Four outputs per thread, a grid-stride loop over at most 16 CTAs of 256 threads per SM.
-  const long long quads = static_cast<long long>(ctx.args.tokens) * (spec.hidden / 4);
-  const unsigned combine_grid =
-      static_cast<unsigned>(std::clamp<long long>((quads + 255) / 256, 1, 16LL * std::max(ctx.sm_count, 1)));
-  launch(ctx.modules.function(fc2_key, ctx.stream, "_combine"), LaunchShape{combine_grid, 1, 1, 256, 0}, ctx.stream,
-         &p2, /*programmatic_dependent=*/true);
+  launch_topk_combine(ctx, fc2_key, &p2);
 }
 
 }  // namespace moejit::detail
