@@ -22,6 +22,8 @@
 #include "moejit/runtime.hpp"
 #include "moejit/safetensors.hpp"
 #include "moejit/tuning.hpp"
+#include "runtime/driver_api.hpp"
+#include "runtime/graph_capture.hpp"
 #include "scoped_env.hpp"  // ScopedEnv: the planner overrides a case sets, restored at its end
 
 namespace moejit::test {
@@ -91,6 +93,23 @@ inline std::vector<uint16_t> run_poisoned(Runtime& rt, const PreparedLayer& laye
   a.force = force;
   rt.forward(layer, a);
   return d.out.to_vector<uint16_t>(static_cast<size_t>(tokens) * layer.spec().hidden);
+}
+
+// Captures one forward of `tokens` (family `force`) on its own stream into a CUDA graph and replays it three
+// times on NaN-poisoned output: every replay must give `want` bit for bit.
+inline void check_graph_replays(Runtime& rt, const PreparedLayer& layer, DeviceInputs& d, int tokens, Family force,
+                                const std::vector<uint16_t>& want) {
+  detail::OwnedStream stream;
+  ForwardArgs a = args_for(d, tokens);
+  a.force = force;
+  a.stream = stream.get();
+  const detail::CapturedGraph graph(stream.get(), CU_STREAM_CAPTURE_MODE_GLOBAL, [&] { rt.forward(layer, a); });
+  for (int rep = 0; rep < 3; ++rep) {
+    d.out.fill_bytes(0xFF);
+    graph.launch(stream.get());
+    detail::check(detail::driver().cuStreamSynchronize(stream.get()), "cuStreamSynchronize");
+    CHECK(d.out.to_vector<uint16_t>(static_cast<size_t>(tokens) * layer.spec().hidden) == want);
+  }
 }
 
 // DESIGN §8's agreement checks of one GPU output against the fp64 reference: no non-finite value, a

@@ -12,8 +12,6 @@
 #include "gpu_support.hpp"
 #include "moejit/planner.hpp"
 #include "moejit/safetensors.hpp"
-#include "runtime/driver_api.hpp"
-#include "runtime/graph_capture.hpp"
 
 using namespace moejit;
 using namespace moejit::test;
@@ -143,7 +141,6 @@ TEST_CASE("batch family at a real geometry", "[gpu][batch][models]") {
 }
 
 TEST_CASE("batch family: graph replay equals eager execution and runs are bit-identical", "[gpu][batch][graph]") {
-  using namespace moejit::detail;
   LayerSpec spec = small_spec(ScaleFormat::nvfp4, Activation::silu, true, false);
   spec.experts = 16;
   spec.top_k = 4;
@@ -160,14 +157,5 @@ TEST_CASE("batch family: graph replay equals eager execution and runs are bit-id
   CHECK(eager1 == eager2);
   check_agreement(compare(to_float(eager1), reference_forward(host, in).out_f64), /*with_cosine=*/true);
 
-  OwnedStream stream;
-  ForwardArgs a = args_for(d, m);
-  a.stream = stream.get();
-  const CapturedGraph graph(stream.get(), CU_STREAM_CAPTURE_MODE_GLOBAL, [&] { rt.forward(*layer, a); });
-  for (int rep = 0; rep < 3; ++rep) {
-    d.out.fill_bytes(0xFF);
-    graph.launch(stream.get());
-    check(driver().cuStreamSynchronize(stream.get()), "cuStreamSynchronize");
-    CHECK(d.out.to_vector<uint16_t>(static_cast<size_t>(m) * spec.hidden) == eager1);
-  }
+  check_graph_replays(rt, *layer, d, m, Family::automatic, eager1);
 }

@@ -507,17 +507,7 @@ TEST_CASE("graph replay equals eager execution and runs are bit-identical", "[gp
   auto eager2 = run_decode(rt, *layer, d, m);
   CHECK(eager1 == eager2);
 
-  OwnedStream stream;
-  ForwardArgs a = args_for(d, m);
-  a.force = Family::decode;
-  a.stream = stream.get();
-  const CapturedGraph graph(stream.get(), CU_STREAM_CAPTURE_MODE_GLOBAL, [&] { rt.forward(*layer, a); });
-  for (int rep = 0; rep < 3; ++rep) {
-    d.out.fill_bytes(0xFF);
-    graph.launch(stream.get());
-    check(driver().cuStreamSynchronize(stream.get()), "cuStreamSynchronize");
-    CHECK(d.out.to_vector<uint16_t>(static_cast<size_t>(m) * spec.hidden) == eager1);
-  }
+  check_graph_replays(rt, *layer, d, m, Family::decode, eager1);
 }
 
 TEST_CASE("forwards alternating two inputs on one workspace reproduce their outputs", "[gpu][graph][alternate]") {

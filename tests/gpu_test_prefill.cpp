@@ -14,8 +14,6 @@
 #include "gpu_support.hpp"
 #include "moejit/planner.hpp"
 #include "moejit/safetensors.hpp"
-#include "runtime/driver_api.hpp"
-#include "runtime/graph_capture.hpp"
 #include "scoped_env.hpp"
 
 using namespace moejit;
@@ -173,7 +171,6 @@ TEST_CASE("prefill family with workspace offsets past 2^32 bytes", "[gpu][prefil
 
 TEST_CASE("prefill family: graph replay equals eager execution and runs are bit-identical", "[gpu][prefill][graph]") {
   if (!on_sm90()) return;
-  using namespace moejit::detail;
   LayerSpec spec = small_spec(ScaleFormat::nvfp4, Activation::silu, true, false);
   spec.experts = 16;
   spec.top_k = 4;
@@ -190,15 +187,5 @@ TEST_CASE("prefill family: graph replay equals eager execution and runs are bit-
   CHECK(eager1 == eager2);
   check_agreement(compare(to_float(eager1), reference_forward(host, in).out_f64), /*with_cosine=*/true);
 
-  OwnedStream stream;
-  ForwardArgs a = args_for(d, m);
-  a.stream = stream.get();
-  a.force = Family::prefill;
-  const CapturedGraph graph(stream.get(), CU_STREAM_CAPTURE_MODE_GLOBAL, [&] { rt.forward(*layer, a); });
-  for (int rep = 0; rep < 3; ++rep) {
-    d.out.fill_bytes(0xFF);
-    graph.launch(stream.get());
-    check(driver().cuStreamSynchronize(stream.get()), "cuStreamSynchronize");
-    CHECK(d.out.to_vector<uint16_t>(static_cast<size_t>(m) * spec.hidden) == eager1);
-  }
+  check_graph_replays(rt, *layer, d, m, Family::prefill, eager1);
 }
