@@ -16,6 +16,11 @@ template <bool kValue>
 struct BoolTag {
   static constexpr bool value = kValue;
 };
+// Likewise a compile-time int (a width, a count).
+template <int kValue>
+struct IntTag {
+  static constexpr int value = kValue;
+};
 
 #define MOEJIT_DEVICE __device__ __forceinline__
 

@@ -38,15 +38,15 @@
 #include "wgmma_slab_chunk.cuh"
 
 // One stage of the ring: the B block (kN rows of 128 bytes, 1024-aligned), then each consumer warp's
-// weight runs (kMats x 32 lanes x 16 bytes) and scale bytes, rounded up to 1024 bytes. The generator's
-// dynamic_smem (generator/families/prefill.cpp) mirrors it: kStages stages and 1024 bytes of alignment
-// slack.
-template <bool kNvfp4, int kMats, int kWarps, int kN>
+// weight runs (kA = slabs per warp x matrices runs of 32 lanes x 16 bytes, slab-major) and scale bytes in
+// the same order, rounded up to 1024 bytes. The generator's dynamic_smem (generator/families/prefill.cpp)
+// mirrors it: kStages stages and 1024 bytes of alignment slack.
+template <bool kNvfp4, int kA, int kWarps, int kN>
 struct PrefillStage {
   static constexpr int kScaleChunk = ScaleGeometry<kNvfp4>::kBytesPerChunk;
   static constexpr int kBBytes = kN * 128;
-  static constexpr int kWeightBytes = kWarps * kMats * 512;
-  static constexpr int kUsed = kBBytes + kWeightBytes + kWarps * kMats * kScaleChunk;
+  static constexpr int kWeightBytes = kWarps * kA * 512;
+  static constexpr int kUsed = kBBytes + kWeightBytes + kWarps * kA * kScaleChunk;
   static constexpr int kBytes = (kUsed + 1023) / 1024 * 1024;
 };
 
@@ -112,9 +112,7 @@ __device__ void moe_prefill_gather(const PrefillFc1Params& p) {
   __syncthreads();
   if (blockIdx.y == 0)
     for (int r = threadIdx.x; r < rows_in_block; r += blockDim.x) {
-      const int q = r < in_tile ? t.pairs[t.first + r] : -1;
-      p.row_pair[row_base + r] = q;
-      p.row_weight[row_base + r] = q >= 0 ? p.topk_weights[q] : 0.f;
+      p.row_pair[row_base + r] = r < in_tile ? t.pairs[t.first + r] : -1;
     }
   const int c0 = blockIdx.y * kPerCta;
   const int items = min(kPerCta, kChunks - c0) * rows_in_block * 8;  // (chunk, row, 16-byte piece)
@@ -161,14 +159,16 @@ struct RingCursor {
 // them keep stale values, which reach only MMA columns whose results are dropped); the 32 lanes copy the
 // consumer warps' weight runs and scale bytes in 16-byte cp.async pieces and each arrives on full when
 // its pieces have landed. Bulk copies of the small runs (one per slab and kind, 17 per stage) bounded the
-// kernel by the copy engine's requests; cp.async spreads them over the lanes. Slabs past the matrix copy
-// the last one (their rows are dropped).
-template <bool kNvfp4, int kChunks, int kMats, int kSlabs, int kWarps, int kN, int kStages>
+// kernel by the copy engine's requests; cp.async spreads them over the lanes. The unit's row group holds
+// kWarps x kPerWarp slabs, warp w's from slab w x kPerWarp on; slabs past the matrix copy the last one
+// (their rows are dropped).
+template <bool kNvfp4, int kChunks, int kMats, int kPerWarp, int kSlabs, int kWarps, int kN, int kStages>
 MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w, const u8* s, int expert, int group,
                                    u32 ring, const PrefillBarriers<kStages>& bars, RingCursor<kStages>& cur) {
-  using Stage = PrefillStage<kNvfp4, kMats, kWarps, kN>;
+  using Stage = PrefillStage<kNvfp4, kPerWarp * kMats, kWarps, kN>;
   constexpr int kRunPieces = kMats * 32;                         // 16-byte pieces of one slab's chunk run
   constexpr int kScalePieces = kMats * Stage::kScaleChunk / 16;  // and of its scale bytes
+  constexpr int kGroupSlabs = kWarps * kPerWarp;
   const int lane = lane_id();
   const u8* wb = reinterpret_cast<const u8*>(w);
 #pragma unroll 1
@@ -180,15 +180,15 @@ MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w
       bulk_copy_to_shared(at, b_blocks + (size_t)c * rows * 64, rows * 128, full);
     }
 #pragma unroll
-    for (int i = lane; i < kWarps * kRunPieces; i += 32) {
-      const int wi = i / kRunPieces, piece = i % kRunPieces;
-      const size_t slab = (size_t)expert * kSlabs + min(group * kWarps + wi, kSlabs - 1);
+    for (int i = lane; i < kGroupSlabs * kRunPieces; i += 32) {
+      const int si = i / kRunPieces, piece = i % kRunPieces;
+      const size_t slab = (size_t)expert * kSlabs + min(group * kGroupSlabs + si, kSlabs - 1);
       cp_async_16(at + Stage::kBBytes + i * 16, wb + ((slab * kChunks + c) * kRunPieces + piece) * 16, 16);
     }
 #pragma unroll
-    for (int i = lane; i < kWarps * kScalePieces; i += 32) {
-      const int wi = i / kScalePieces, piece = i % kScalePieces;
-      const size_t slab = (size_t)expert * kSlabs + min(group * kWarps + wi, kSlabs - 1);
+    for (int i = lane; i < kGroupSlabs * kScalePieces; i += 32) {
+      const int si = i / kScalePieces, piece = i % kScalePieces;
+      const size_t slab = (size_t)expert * kSlabs + min(group * kGroupSlabs + si, kSlabs - 1);
       cp_async_16(at + Stage::kBBytes + Stage::kWeightBytes + i * 16,
                   s + ((slab * kChunks + c) * kScalePieces + piece) * 16, 16);
     }
@@ -197,31 +197,31 @@ MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w
   }
 }
 
-// The consumers' product of one unit: acc[m] = this warp's slab rows of matrix m x the tile's kNW
-// columns, over K = 64 kChunks. Per chunk: wait for the stage, load the warp's weight run and scales,
+// The consumers' product of one unit: acc[a] = the rows of this warp's A operand a (slab a / matrices,
+// matrix a % matrices) x the tile's kNW columns, over K = 64 kChunks. Per chunk: wait for the stage, load the warp's weight run and scales,
 // then per k16 step decode into a two-slot A ring (the slot's last reader, step j - 2, done: wgmma_wait<1>)
 // and issue the step's kMats wgmmas as one group. Chunk c - 1's stage is released at chunk c's second
 // step, once every MMA of chunk c - 1 is done.
-template <bool kNvfp4, int kChunks, int kMats, int kWarps, int kN, int kNW, int kStages, bool kRawB>
+template <bool kNvfp4, int kChunks, int kA, int kWarps, int kN, int kNW, int kStages, bool kRawB>
 MOEJIT_DEVICE void prefill_consume(u32 ring, const u8* ring_ptr, const PrefillBarriers<kStages>& bars,
-                                   RingCursor<kStages>& cur, float (&acc)[kMats][kNW / 2]) {
+                                   RingCursor<kStages>& cur, float (&acc)[kA][kNW / 2]) {
   using SG = ScaleGeometry<kNvfp4>;
-  using Stage = PrefillStage<kNvfp4, kMats, kWarps, kN>;
+  using Stage = PrefillStage<kNvfp4, kA, kWarps, kN>;
   const int lane = lane_id(), warp = threadIdx.x >> 5, g = lane >> 2;
 #pragma unroll
-  for (int m = 0; m < kMats; ++m)
+  for (int m = 0; m < kA; ++m)
 #pragma unroll
     for (int i = 0; i < kNW / 2; ++i) acc[m][i] = 0.f;
-  u32 ar[2][kMats][4];
+  u32 ar[2][kA][4];
   int prev = -1;
 #pragma unroll 1
   for (int c = 0; c < kChunks; ++c) {
     const int stage = cur.stage;
     mbarrier_wait(bars.full(stage), cur.phase);
     const u8* at = ring_ptr + stage * Stage::kBytes;
-    const u32x4* wr = reinterpret_cast<const u32x4*>(at + Stage::kBBytes) + warp * kMats * 32 + lane;
-    const u8* sr = at + Stage::kBBytes + Stage::kWeightBytes + warp * kMats * Stage::kScaleChunk + g * SG::kBytesPerLane;
-    wgmma_slab_chunk<kNvfp4, kMats, Stage::kScaleChunk, kRawB>(
+    const u32x4* wr = reinterpret_cast<const u32x4*>(at + Stage::kBBytes) + warp * kA * 32 + lane;
+    const u8* sr = at + Stage::kBBytes + Stage::kWeightBytes + warp * kA * Stage::kScaleChunk + g * SG::kBytesPerLane;
+    wgmma_slab_chunk<kNvfp4, kA, Stage::kScaleChunk, kRawB>(
         wr, sr, wgmma_desc_k_sw128(ring + stage * Stage::kBytes), ar, acc, [&](int st) {
           if (st == 1 && prev >= 0) {
             if (lane == 0) mbarrier_arrive(bars.empty(prev));  // every MMA of the previous chunk is done
@@ -257,16 +257,27 @@ constexpr int prefill_consumer_regs(int consumer_warpgroups) {
   return r > 256 ? 256 : r;
 }
 
+// The token widths a unit's product runs at: the tile's, half of it and (tiles of 128 and more) a quarter,
+// the narrowest that holds the unit's pairs, so an expert's last, partly filled tile costs about what it
+// holds. The generator emits the wgmma of each width (generator/families/prefill.cpp, same rule).
+template <int kN>
+inline constexpr bool kPrefillQuarterWidth = kN % 32 == 0 && kN / 4 >= 16;
+
 // The shared skeleton of both FC kernels: barriers, the producer's and the consumers' walks over the
-// units, the half-width choice per tile. Every consumer warp calls preload(t, slab) before a unit's product
-// (its loads are in flight while the product runs) and epilogue(t, slab, acc, preloaded) after it (kNW
-// columns, either width), also for slabs past the matrix (slab >= kSlabs). Each walker reads the next
-// unit's tile entry before working on the current one, so those dependent loads are off the path too.
-template <bool kNvfp4, int kChunks, int kMats, int kSlabs, int kWarps, int kN, int kStages, bool kRawB, class Preload,
-          class Epilogue>
+// units, the width choice per tile. A unit is (tile, row group of kWarps x kPerWarp slabs); consumer warp
+// w owns kPerWarp adjacent slabs from slab0 = group x kWarps x kPerWarp + w x kPerWarp, each with kMats
+// matrices (kA = kPerWarp x kMats A operands, slab-major). Every consumer warp calls preload(t, slab0)
+// before a unit's product (its loads are in flight while the product runs) and epilogue(t, slab0, acc,
+// preloaded) after it (acc[kA][kNW / 2], kNW the width run), also for slabs past the matrix (>= kSlabs).
+// Each walker reads the next unit's tile entry before working on the current one, so those dependent loads
+// are off the path too.
+template <bool kNvfp4, int kChunks, int kMats, int kPerWarp, int kSlabs, int kWarps, int kN, int kStages, bool kRawB,
+          class Preload, class Epilogue>
 MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const u16* b_base, const u32x4* w, const u8* s,
                               Preload preload, Epilogue epilogue) {
-  constexpr int kGroups = (kSlabs + kWarps - 1) / kWarps;
+  constexpr int kA = kPerWarp * kMats;
+  constexpr int kGroupSlabs = kWarps * kPerWarp;
+  constexpr int kGroups = (kSlabs + kGroupSlabs - 1) / kGroupSlabs;
   static_assert(kWarps % 4 == 0, "whole consumer warpgroups");
   static_assert(kN % 16 == 0 && kN <= 256, "a tile of 16..256 tokens, halves of whole n8 blocks");
   extern __shared__ __align__(16) u8 prefill_ring[];
@@ -295,8 +306,8 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
     for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
       const PrefillTile t = next;
       if (unit + gridDim.x < units) next = prefill_tile<kN>(tiles, route, (unit + gridDim.x) / kGroups);
-      prefill_produce<kNvfp4, kChunks, kMats, kSlabs, kWarps, kN, kStages>(b_base + t.row_base * kChunks * 64, t.rows, w,
-                                                                           s, t.expert, unit % kGroups, ring, bars, cur);
+      prefill_produce<kNvfp4, kChunks, kMats, kPerWarp, kSlabs, kWarps, kN, kStages>(
+          b_base + t.row_base * kChunks * 64, t.rows, w, s, t.expert, unit % kGroups, ring, bars, cur);
     }
     return;
   }
@@ -305,17 +316,20 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
   for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
     const PrefillTile t = next;
     if (unit + gridDim.x < units) next = prefill_tile<kN>(tiles, route, (unit + gridDim.x) / kGroups);
-    const int slab = unit % kGroups * kWarps + warp;
-    const auto pre = preload(t, slab);
-    if (t.in_tile <= kN / 2) {
-      float acc[kMats][kN / 4];
-      prefill_consume<kNvfp4, kChunks, kMats, kWarps, kN, kN / 2, kStages, kRawB>(ring, ring_ptr, bars, cur, acc);
-      epilogue(t, slab, acc, pre);
-    } else {
-      float acc[kMats][kN / 2];
-      prefill_consume<kNvfp4, kChunks, kMats, kWarps, kN, kN, kStages, kRawB>(ring, ring_ptr, bars, cur, acc);
-      epilogue(t, slab, acc, pre);
-    }
+    const int slab0 = unit % kGroups * kGroupSlabs + warp * kPerWarp;
+    const auto pre = preload(t, slab0);
+    auto run = [&](auto width) {
+      constexpr int kNW = decltype(width)::value;
+      float acc[kA][kNW / 2];
+      prefill_consume<kNvfp4, kChunks, kA, kWarps, kN, kNW, kStages, kRawB>(ring, ring_ptr, bars, cur, acc);
+      epilogue(t, slab0, acc, pre);
+    };
+    if (kPrefillQuarterWidth<kN> && t.in_tile <= kN / 4)
+      run(IntTag<kPrefillQuarterWidth<kN> ? kN / 4 : kN>{});
+    else if (t.in_tile <= kN / 2)
+      run(IntTag<kN / 2>{});
+    else
+      run(IntTag<kN>{});
   }
 }
 
@@ -363,50 +377,56 @@ __device__ void moe_prefill_fc1(const PrefillFc1Params& p) {
       block[tile_block_offset(col, (row % 64) / 16 * 16 + mma_k_position(row % 16))] = v;
     });
   };
-  prefill_fc<kNvfp4, kChunks, kMats, kSlabs, kWarps, kN, kStages, true>(p.tiles, p.route, p.xb, p.w, p.s, preload,
-                                                                        epilogue);
+  prefill_fc<kNvfp4, kChunks, kMats, 1, kSlabs, kWarps, kN, kStages, true>(p.tiles, p.route, p.xb, p.w, p.s, preload,
+                                                                           epilogue);
 }
 
-// FC2: partial[q, :] = w_q * (act[q] . W2[e]^T + b2[e]) in fp32 for every pair; moe_topk_combine sums them.
-template <bool kNvfp4, bool kBias, int kH, int kI, int kWarps, int kN, int kStages>
+// FC2: partial[q, :] = act[q] . W2[e]^T + b2[e] in fp32 for every pair; moe_topk_combine weighs them by the
+// pairs' top-k weights and sums them. Each consumer warp owns kPerWarp adjacent slabs of H: two halve the B
+// traffic per MMA (one B block feeds 256 rows) at twice the accumulators.
+template <bool kNvfp4, bool kBias, int kH, int kI, int kWarps, int kPerWarp, int kN, int kStages>
 __device__ void moe_prefill_fc2(const PrefillFc2Params& p) {
   constexpr int kChunks = (kI + 63) / 64;
   constexpr int kSlabs = kH / 16;
-  // The unit's output multiplier, this lane's bias values (rows g and g + 8) and the pair and top-k
-  // weight of each column it holds (the gather's row table; pair -1 past the tile's pairs).
+  // The unit's output multiplier, this lane's bias values (rows g and g + 8 of each slab) and the pair of
+  // each column it holds (the gather's row table; -1 past the tile's pairs).
   struct Fc2Preload {
-    float gs, bias[2];
+    float gs, bias[kPerWarp][2];
     int pair[kN / 4];
-    float weight[kN / 4];
   };
-  auto preload = [&](const PrefillTile& t, int slab) {
+  auto preload = [&](const PrefillTile& t, int slab0) {
     Fc2Preload pre{};
     pre.gs = wgmma_output_scale<kNvfp4, false>(p.gscale, t.expert);
-    if (kBias && slab < kSlabs)
+    if (kBias)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) pre.bias[h] = p.bias[(size_t)t.expert * kH + slab * 16 + (lane_id() >> 2) + 8 * h];
+      for (int j = 0; j < kPerWarp; ++j)
+        if (slab0 + j < kSlabs)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            pre.bias[j][h] = p.bias[(size_t)t.expert * kH + (slab0 + j) * 16 + (lane_id() >> 2) + 8 * h];
     const int c4 = lane_id() & 3;
 #pragma unroll
     for (int j = 0; j < kN / 4; ++j) {
       const int col = (j >> 1) * 8 + 2 * c4 + (j & 1);
       pre.pair[j] = col < t.rows ? p.row_pair[t.row_base + col] : -1;
-      pre.weight[j] = col < t.rows ? p.row_weight[t.row_base + col] : 0.f;
     }
     return pre;
   };
-  auto epilogue = [&](const PrefillTile& t, int slab, const auto& acc, const Fc2Preload& pre) {
+  auto epilogue = [&](const PrefillTile& t, int slab0, const auto& acc, const Fc2Preload& pre) {
     constexpr int kNW = 2 * (int)(sizeof(acc[0]) / sizeof(float));
-    if (slab >= kSlabs) return;
-    for_each_tile_result<kNW>([&](int col, int i, int r) {
-      const int j = (i >> 2) * 2 + (i & 1);  // this lane's column index: n-tile i / 4, column parity i % 2
-      const int q = pre.pair[j];
-      if (q < 0) return;
-      const int row = slab * 16 + r;
-      float y = acc[0][i] * pre.gs;
-      if (kBias) y += pre.bias[r >> 3];
-      p.partial[(size_t)q * kH + row] = pre.weight[j] * y;
-    });
+#pragma unroll
+    for (int sj = 0; sj < kPerWarp; ++sj) {
+      const int slab = slab0 + sj;
+      if (slab >= kSlabs) break;
+      for_each_tile_result<kNW>([&](int col, int i, int r) {
+        const int q = pre.pair[(i >> 2) * 2 + (i & 1)];  // this lane's column: n-tile i / 4, column parity i % 2
+        if (q < 0) return;
+        float y = acc[sj][i] * pre.gs;
+        if (kBias) y += pre.bias[sj][r >> 3];
+        p.partial[(size_t)q * kH + slab * 16 + r] = y;
+      });
+    }
   };
-  prefill_fc<kNvfp4, kChunks, 1, kSlabs, kWarps, kN, kStages, false>(p.tiles, p.route, p.act, p.w, p.s, preload,
-                                                                     epilogue);
+  prefill_fc<kNvfp4, kChunks, 1, kPerWarp, kSlabs, kWarps, kN, kStages, false>(p.tiles, p.route, p.act, p.w, p.s, preload,
+                                                                               epilogue);
 }

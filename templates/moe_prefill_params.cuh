@@ -16,8 +16,6 @@ struct PrefillFc1Params {
   MOEJIT_PTR(u16) act;             // FC1's output in token-tile blocks, bf16 times 2^64
   MOEJIT_PTR(i32) tiles;           // [1 + 3 * tiles]: tile count, then (slot, first pair, row base) per tile
   MOEJIT_PTR(i32) row_pair;        // per block row: its pair q, or -1 (rows past a tile's pairs)
-  MOEJIT_PTR(float) row_weight;    // per block row: its pair's top-k weight, or 0
-  MOEJIT_PTR(const float) topk_weights;  // [M*K]
   float alpha, beta, limit;
   RoutingArgs route;               // the route kernel's lists
 };
@@ -30,8 +28,7 @@ struct PrefillFc2Params {
   MOEJIT_PTR(const u16) act;       // FC1's output in token-tile blocks
   MOEJIT_PTR(const i32) tiles;     // the gather's tile table
   MOEJIT_PTR(const i32) row_pair;  // the gather's row table
-  MOEJIT_PTR(const float) row_weight;
-  MOEJIT_PTR(const float) topk_weights;  // [M*K]
+  MOEJIT_PTR(const float) topk_weights;  // [M*K], weighing the partial rows in the combine
   MOEJIT_PTR(float) partial;       // [M*K][H] fp32, row q, summed by the combine
   MOEJIT_PTR(u16) out;             // [M][H] bf16 (the combine)
   i32 tokens;

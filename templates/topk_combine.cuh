@@ -1,11 +1,13 @@
-// The top-k combine of the families whose FC2 writes one weighted fp32 row per pair (batch, prefill).
-// Params: tokens, route, partial and out.
+// The top-k combine of the families whose FC2 writes one fp32 row per pair (batch, prefill).
+// Params: tokens, route, partial, out and (kWeigh) topk_weights.
 #pragma once
 #include "expert_work.cuh"
 
-// out[m, :] = sum over k = 0..K-1 of partial[m*K + k, :] (pairs routed to a local expert only), in bf16.
-// Four outputs per thread, fp32 sums in slot order.
-template <int kE, int kH, class Params>
+// out[m, :] = sum over k = 0..K-1 of w[m*K + k] partial[m*K + k, :] (pairs routed to a local expert only), in
+// bf16, w the top-k weight where kWeigh (the partial row is unweighted) and 1 where FC2 has weighed it.
+// Four outputs per thread, fp32 sums in slot order; the product is rounded before the sum (no fused
+// multiply-add), the bits an FC2 that stores the weighted row gives.
+template <int kE, int kH, bool kWeigh, class Params>
 __device__ void moe_topk_combine(const Params& p) {
   pdl_wait_primary();  // FC2's partial rows
   const int K = p.route.top_k;
@@ -19,6 +21,13 @@ __device__ void moe_topk_combine(const Params& p) {
       float v0, v1, v2, v3;
       asm volatile("ld.global.v4.f32 {%0,%1,%2,%3}, [%4];"
                    : "=f"(v0), "=f"(v1), "=f"(v2), "=f"(v3) : "l"(p.partial + (size_t)q * kH + h));
+      if (kWeigh) {
+        const float wq = p.topk_weights[q];
+        v0 = __fmul_rn(wq, v0);
+        v1 = __fmul_rn(wq, v1);
+        v2 = __fmul_rn(wq, v2);
+        v3 = __fmul_rn(wq, v3);
+      }
       s0 += v0;
       s1 += v1;
       s2 += v2;

@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
+#include <utility>
 
 #include "golden_dir.hpp"
 #include "gpu_support.hpp"
@@ -77,7 +79,8 @@ TEST_CASE("prefill family under skewed routing", "[gpu][prefill][skew]") {
 TEST_CASE("every prefill tile matches the reference, and all give the same bits", "[gpu][prefill][tiles]") {
   if (!on_sm90()) return;
   // Each consumer warp sums its slab's full K in chunk order for every column, whatever the tile width
-  // (and whether a tile runs on the full or the half-width MMAs), the ring depth or the warpgroups.
+  // (and whether a tile runs on the full, the half- or the quarter-width MMAs), the ring depth, the
+  // warpgroups or FC2's slabs per warp.
   const ScopedEnv guard{"MOEJIT_PREFILL_TILE_FC1", "MOEJIT_PREFILL_TILE_FC2"};
   uint64_t seed = 9900;
   for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4}) {
@@ -91,10 +94,12 @@ TEST_CASE("every prefill tile matches the reference, and all give the same bits"
       HostInputs in = make_random_inputs(spec, m, ++seed, true);
       const ReferenceOutput ref = reference_forward(host, in);
       std::vector<uint16_t> first;
-      for (const char* tile : {"w8n16d3", "w4n2d1", "w8n4d2", "w12n8d2", "w16n6d3", "w4n32d1", "w8n10d5"}) {
-        INFO(fmt::format("{} M={} tile {}", to_string(f), m, tile));
-        ::setenv("MOEJIT_PREFILL_TILE_FC1", tile, 1);
-        ::setenv("MOEJIT_PREFILL_TILE_FC2", tile, 1);
+      for (const auto& [tile1, tile2] : std::initializer_list<std::pair<const char*, const char*>>{
+               {"w8n16d3", "w8n16d3s2"}, {"w8n16d3", "w8n16d3"}, {"w4n2d1", "w4n2d1s2"}, {"w8n4d2", "w8n4d2"},
+               {"w12n8d2", "w12n8d2s2"}, {"w16n6d3", "w16n6d3"}, {"w4n16d1", "w4n16d1s2"}, {"w8n10d5", "w8n10d5s2"}}) {
+        INFO(fmt::format("{} M={} tiles {} {}", to_string(f), m, tile1, tile2));
+        ::setenv("MOEJIT_PREFILL_TILE_FC1", tile1, 1);
+        ::setenv("MOEJIT_PREFILL_TILE_FC2", tile2, 1);
         const auto out = run_prefill(*layer, in);
         check_agreement(compare(to_float(out), ref.out_f64), /*with_cosine=*/true);
         if (first.empty())

@@ -918,20 +918,42 @@ TEST_CASE("the prefill family: planned on sm_90a from 96 pairs per expert, force
   k.warps = 8;
   k.ntiles = 15;
   CHECK_THROWS_WITH(k.normalized(), Catch::Contains("even number of n8 blocks"));
-  k.ntiles = 32;
+  k.warps = 16;
+  k.ntiles = 16;
   k.depth = 8;
   CHECK_THROWS_WITH(k.normalized(), Catch::Contains("exceed"));
-  k.ntiles = 16;
+  k.warps = 8;
   k.depth = 3;
+  // At most 128 accumulators per consumer thread: FC1's two matrices on 256 tokens, or two slabs of them.
+  k.ntiles = 32;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("accumulator registers"));
+  k.ntiles = 8;
+  k.slabs = 2;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("one slab per consumer warp"));
+  k.slabs = 1;
+  k.ntiles = 16;
   k.min_blocks = 2;
   CHECK(k.normalized().min_blocks == 1);
+  // FC2 takes two slabs per consumer warp where its accumulators fit (all planned tiles), FC1 one.
+  const Plan planned = make_plan(s, Arch::sm_90a, 4096, 132);
+  CHECK(planned.kernels.at(1).slabs == 1);
+  CHECK(planned.kernels.at(2).slabs == 2);
+  KernelKey fc2 = planned.kernels.at(2);
+  fc2.ntiles = 32;  // 2 x 128 accumulators
+  CHECK_THROWS_WITH(fc2.normalized(), Catch::Contains("accumulator registers"));
+  fc2.slabs = 3;
+  CHECK_THROWS_WITH(fc2.normalized(), Catch::Contains("slabs must be 1 or 2"));
   // Overrides: tiles up to 32 n8 blocks without the warpgroup-MMA flag, FC1 and FC2 sharing one width.
-  ::setenv("MOEJIT_PREFILL_TILE_FC1", "w4n32d2", 1);
+  ::setenv("MOEJIT_PREFILL_TILE_FC1", "w4n8d2", 1);
   ::setenv("MOEJIT_PREFILL_TILE_FC2", "w4n32d3", 1);
+  CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 4096, 132, Family::automatic, TuningOverrides::from_environment()),
+                    Catch::Contains("share one token tile"));
+  ::setenv("MOEJIT_PREFILL_TILE_FC2", "w4n8d3s2", 1);
   const Plan o = make_plan(s, Arch::sm_90a, 4096, 132, Family::automatic, TuningOverrides::from_environment());
-  CHECK(o.kernels.at(1).ntiles == 32);
+  CHECK(o.kernels.at(1).ntiles == 8);
   CHECK(o.kernels.at(1).warps == 4);
   CHECK(o.kernels.at(2).depth == 3);
+  CHECK(o.kernels.at(2).slabs == 2);
   ::setenv("MOEJIT_PREFILL_TILE_FC2", "w4n16d3", 1);
   CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 4096, 132, Family::automatic, TuningOverrides::from_environment()),
                     Catch::Contains("share one token tile"));

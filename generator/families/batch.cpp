@@ -116,7 +116,7 @@ std::string source(const KernelKey& key, const std::string& entry) {
   // FC2's module also holds the top-k combine, launched after FC2 (suffix _combine).
   if (!fc1)
     out += format("extern \"C\" __global__ void __launch_bounds__(256) {entry}_combine(const BatchFc2Params p) {{\n"
-                  "  moe_topk_combine<{experts}, {hidden}>(p);\n}}\n");
+                  "  moe_topk_combine<{experts}, {hidden}, false>(p);\n}}\n");
   return out;
 }
 

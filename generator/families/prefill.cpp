@@ -1,8 +1,8 @@
 // The prefill family's key rules, generated source, geometry and plan (templates/moe_prefill.cuh).
 //
 // Tile fields: warps = consumer warps (whole warpgroups; a producer warpgroup is added), ntiles = the token
-// tile in n8 blocks (16..256 tokens, even), depth = stages of the shared-memory ring less one, min_blocks 1
-// (one persistent CTA per SM).
+// tile in n8 blocks (16..256 tokens, even), depth = stages of the shared-memory ring less one, slabs = 16-row
+// slabs per consumer warp (FC2: 1 or 2; FC1: 1), min_blocks 1 (one persistent CTA per SM).
 #include <fmt/args.h>
 #include <fmt/format.h>
 
@@ -22,9 +22,16 @@ constexpr std::pair<KernelKind, std::string_view> kKinds[] = {{KernelKind::prefi
 
 int mats(const KernelKey& k) { return k.kind == KernelKind::prefill_fc1 ? fc1_mats(k) : 1; }
 
+// A operands per consumer warp: its slabs times the matrices of each.
+int operands(const KernelKey& k) { return mats(k) * k.slabs; }
+
+// The narrowest product width the kernels run next to the tile's and its half (templates/moe_prefill.cuh
+// kPrefillQuarterWidth): a quarter of tiles of 64 tokens and more.
+bool quarter_width(int n) { return n % 32 == 0 && n / 4 >= 16; }
+
 // PrefillStage::kBytes (templates/moe_prefill.cuh).
 int stage_bytes(const KernelKey& k) {
-  const int used = 8 * k.ntiles * 128 + k.warps * mats(k) * (512 + chunk_scale_bytes(k));
+  const int used = 8 * k.ntiles * 128 + k.warps * operands(k) * (512 + chunk_scale_bytes(k));
   return (used + 1023) / 1024 * 1024;
 }
 
@@ -44,7 +51,11 @@ void normalize(KernelKey& k, const KernelKey& original) {
   k.min_blocks = 1;
   k.parts = 1;
   k.groups = 1;
-  k.slabs = 1;
+  if (k.kind == KernelKind::prefill_fc1 && k.slabs != 1) fail("prefill_fc1 takes one slab per consumer warp");
+  // Accumulators: a consumer thread holds operands x ntiles x 4 fp32 values, at most 128 of its registers.
+  if (operands(k) * k.ntiles * 4 > 128)
+    fail(fmt::format("{} operands per warp on {} tokens need {} accumulator registers per thread (at most 128)",
+                     operands(k), 8 * k.ntiles, operands(k) * k.ntiles * 4));
   k.columns = 8;
   k.l2_ahead = 0;
   k.x_staged = false;
@@ -72,7 +83,8 @@ std::string source(const KernelKey& key, const std::string& entry) {
   a.push_back(fmt::arg("warps", key.warps));
   a.push_back(fmt::arg("n", n));
   a.push_back(fmt::arg("stages", key.depth + 1));
-  a.push_back(fmt::arg("mats", mats(key)));
+  a.push_back(fmt::arg("operands", operands(key)));
+  a.push_back(fmt::arg("slabs", key.slabs));
   a.push_back(fmt::arg("bytes", dynamic_smem(key)));
   a.push_back(fmt::arg("threads", threads(key)));
   a.push_back(fmt::arg("entry", entry));
@@ -81,11 +93,12 @@ std::string source(const KernelKey& key, const std::string& entry) {
   auto format = [&](std::string_view text) { return fmt::vformat(text, a); };
   const std::string call =
       format(fc1 ? "moe_prefill_fc1<{nvfp4}, {act}, {limit}, {bias}, {hidden}, {intermediate}, {warps}, {n}, {stages}>"
-                 : "moe_prefill_fc2<{nvfp4}, {bias}, {hidden}, {intermediate}, {warps}, {n}, {stages}>");
+                 : "moe_prefill_fc2<{nvfp4}, {bias}, {hidden}, {intermediate}, {warps}, {slabs}, {n}, {stages}>");
   a.push_back(fmt::arg("call", call));
   std::string out = kernel_header(key, 0) + "#include \"wgmma.cuh\"\n" + wgmma_rs_source(n) +
-                    wgmma_rs_source(n / 2) + "#include \"moe_prefill.cuh\"\n" +
-                    format("static_assert({stages} * PrefillStage<{nvfp4}, {mats}, {warps}, {n}>::kBytes + 1024 == "
+                    wgmma_rs_source(n / 2) + (quarter_width(n) ? wgmma_rs_source(n / 4) : std::string()) +
+                    "#include \"moe_prefill.cuh\"\n" +
+                    format("static_assert({stages} * PrefillStage<{nvfp4}, {operands}, {warps}, {n}>::kBytes + 1024 == "
                            "{bytes}, \"host and device ring sizes differ\");\n") +
                     format("extern \"C\" __global__ void __launch_bounds__({threads}, 1) {entry}(const {params} p) {{\n"
                            "  {call}(p);\n}}\n");
@@ -94,7 +107,7 @@ std::string source(const KernelKey& key, const std::string& entry) {
                   "  moe_prefill_gather<{hidden}, {n}, {gather_chunks}>(p);\n}}\n");
   else
     out += format("extern \"C\" __global__ void __launch_bounds__(256) {entry}_combine(const PrefillFc2Params p) {{\n"
-                  "  moe_topk_combine<{experts}, {hidden}>(p);\n}}\n");
+                  "  moe_topk_combine<{experts}, {hidden}, true>(p);\n}}\n");
   return out;
 }
 
@@ -119,6 +132,8 @@ Plan plan(const PlanRequest& r) {
   fc1.min_blocks = 1;
   KernelKey fc2 = fc1;
   fc2.kind = KernelKind::prefill_fc2;
+  // FC2 takes two slabs per warp where the accumulators fit: one B block then feeds 256 rows of H.
+  fc2.slabs = operands(fc2) * 2 * fc2.ntiles * 4 <= 128 ? 2 : 1;
   for (KernelKey* k : {&fc1, &fc2}) {
     k->depth = 1;
     while (k->depth < 7 && (k->depth + 2) * stage_bytes(*k) + 1024 <= 200 * 1024) ++k->depth;

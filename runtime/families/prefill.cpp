@@ -21,7 +21,8 @@ namespace {
 
 // One CTA per SM, or one per unit of the bound when it is smaller.
 unsigned persistent_grid(const ForwardContext& ctx, const KernelKey& key, int rows) {
-  const long long groups = (rows / 16 + key.warps - 1) / key.warps;
+  const long long group_slabs = static_cast<long long>(key.warps) * key.slabs;
+  const long long groups = (rows / 16 + group_slabs - 1) / group_slabs;
   const long long units = token_tile_bound(ctx, 8LL * key.ntiles) * groups;
   return static_cast<unsigned>(std::clamp<long long>(units, 1, std::max(ctx.sm_count, 1)));
 }
@@ -47,8 +48,6 @@ void launch_prefill(const ForwardContext& ctx) {
   p1.xb = ctx.args.workspace + ctx.ws.partial;
   p1.tiles = ctx.args.workspace + ctx.ws.tiles;
   p1.row_pair = ctx.args.workspace + ctx.ws.row_pair;
-  p1.row_weight = ctx.args.workspace + ctx.ws.row_weight;
-  p1.topk_weights = ctx.args.topk_weights;
   const unsigned gather_y = static_cast<unsigned>(((spec.hidden + 63) / 64 + kPrefillGatherChunksPerCta - 1) / kPrefillGatherChunksPerCta);
   launch(ctx.modules.function(fc1_key, ctx.stream, "_gather"),
          LaunchShape{static_cast<unsigned>(tiles), gather_y, 1, 256, 0}, ctx.stream, &p1,
@@ -61,7 +60,6 @@ void launch_prefill(const ForwardContext& ctx) {
   set_fc2_common(p2, ctx);
   p2.tiles = p1.tiles;
   p2.row_pair = p1.row_pair;
-  p2.row_weight = p1.row_weight;
   launch(ctx.modules.function(fc2_key, ctx.stream),
          LaunchShape{persistent_grid(ctx, fc2_key, spec.hidden), 1, 1, static_cast<unsigned>(kernel_threads(fc2_key)),
                      static_cast<unsigned>(kernel_dynamic_smem(fc2_key))},
