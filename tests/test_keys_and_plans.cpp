@@ -1015,7 +1015,7 @@ TEST_CASE("a8 and a4: keys, the kernel that refuses them, and plans with a16's f
     pf.depth = 3;
     CHECK(pf.normalized().precision == p);
     const std::string gather = generate_source(pf.normalized()).source;
-    CHECK(gather.find(fmt::format("moe_prefill_gather<{}, 128, 8, 2>", s.hidden)) != std::string::npos);
+    CHECK(gather.find("moe_prefill_gather<" + std::to_string(s.hidden) + ", 128, 8, 2>") != std::string::npos);
   }
   // a8's FC1 of one slab per warp adds the warp pairs' exchange area (one u32 per warp and token column)
   // to its shared memory: a prefill ring that fits alone but not with it is refused for a8 only.
