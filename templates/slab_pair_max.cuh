@@ -11,8 +11,20 @@
 // bulk_copy.cuh's sync_first_threads.
 inline constexpr int kSlabPairBarrierBase = 2;
 
-MOEJIT_DEVICE void slab_pair_sync(int warp) {
-  asm volatile("bar.sync %0, 64;" ::"r"(kSlabPairBarrierBase + (warp >> 1)) : "memory");
+// The barrier of pair `pair` among kPairs, each id an immediate: ptxas then counts the ids the kernel
+// uses (2 + kPairs) rather than all 16 a register operand could name.
+template <int kId>
+MOEJIT_DEVICE void named_barrier_64() {
+  asm volatile("bar.sync %0, 64;" ::"n"(kId) : "memory");
+}
+template <int kPairs, int kPair = 0>
+MOEJIT_DEVICE void slab_pair_sync(int pair) {
+  if constexpr (kPair < kPairs) {
+    if (pair == kPair)
+      named_barrier_64<kSlabPairBarrierBase + kPair>();
+    else
+      slab_pair_sync<kPairs, kPair + 1>(pair);
+  }
 }
 
 // The exchange area of a kernel: one u32 per (warp, column) of a kCols-wide token tile. A function-scope
@@ -45,13 +57,13 @@ struct WarpPairBlock {
     static_assert(kNT * 8 <= kCols, "the area holds the tile's columns");
     unsigned* area = slab_pair_area<kWarps, kCols>();
     const int warp = threadIdx.x >> 5, lane = lane_id(), c4 = lane & 3;
-    slab_pair_sync(warp);
+    slab_pair_sync<kWarps / 2>(warp >> 1);
     if (lane < 4)
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int c = 0; c < 2; ++c) area[warp * kCols + nt * 8 + 2 * c4 + c] = amax[nt][c];
-    slab_pair_sync(warp);
+    slab_pair_sync<kWarps / 2>(warp >> 1);
     const unsigned* other = area + (warp ^ 1) * kCols;
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
