@@ -25,7 +25,7 @@ int batch_from_tokens(const LayerSpec& spec) {
 }
 
 int prefill_from_tokens(const LayerSpec& spec, Arch arch) {
-  if (arch != Arch::sm_90a || spec.precision != ActPrecision::a16) return kMaxTokens + 1;
+  if (arch != Arch::sm_90a) return kMaxTokens + 1;
   constexpr double kPairsPerExpert = 96;
   const int by_pairs = static_cast<int>(std::ceil(kPairsPerExpert * spec.experts / spec.top_k));
   return std::clamp(std::max(by_pairs, batch_from_tokens(spec)), 1, kMaxTokens + 1);

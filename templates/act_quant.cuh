@@ -9,7 +9,8 @@
 // for bit against the reference); the warp-level block reductions are device-only.
 //
 // Exactness: a8 divides by a power of two (exact). a4's two roundings are of exact quotients
-// (amax * gs / 6 and v * gs / s), as the reference's: the fp32 quotient picks a grid point within one
+// (amax * gs / 6 and v * gs / s), as the reference's: an fp32 estimate of the quotient (a few ulp off:
+// the device's fast reciprocal divide, the host's multiply by a reciprocal) picks a grid point within one
 // step, and fmaf's single rounding of a*b - m*d (m*d exact: at most 7 significant bits) gives the sign
 // of the exact comparison with each neighbouring midpoint m, which settles the rounding and its ties.
 #pragma once
@@ -35,6 +36,10 @@ MOEJIT_AQ_FN unsigned aq_bits(float v) { return __float_as_uint(v); }
 MOEJIT_AQ_FN float aq_float(unsigned b) { return __uint_as_float(b); }
 MOEJIT_AQ_FN float aq_rint(float v) { return rintf(v); }
 MOEJIT_AQ_FN float aq_fma(float a, float b, float c) { return fmaf(a, b, c); }
+// x / y to within a few ulp (y a normal number below 2^126): the division's estimate only has to pick a
+// grid point within one step; the exact comparisons settle the rest, with fewer registers than the IEEE
+// division's slow path takes.
+MOEJIT_AQ_FN float aq_div_estimate(float x, float y) { return __fdividef(x, y); }
 #else
 MOEJIT_AQ_FN unsigned aq_bits(float v) {
   std::uint32_t b;
@@ -49,6 +54,8 @@ MOEJIT_AQ_FN float aq_float(unsigned b) {
 }
 MOEJIT_AQ_FN float aq_rint(float v) { return std::nearbyint(v); }  // the default mode: nearest even
 MOEJIT_AQ_FN float aq_fma(float a, float b, float c) { return std::fma(a, b, c); }
+// Inexact on purpose, like the device's: the host tests check that the exact comparisons absorb it.
+MOEJIT_AQ_FN float aq_div_estimate(float x, float y) { return x * (1.f / y); }
 #endif
 
 // The precision modes as the generated source passes them (MOEJIT_ACT_PRECISION).
@@ -102,7 +109,7 @@ MOEJIT_AQ_FN float aq_grid_pred(float r) {
 // and d > 0 such that every midpoint m of the grid gives an exact m * d.
 template <class G>
 MOEJIT_AQ_FN float aq_round_ratio(float a, float b, float d) {
-  float r = aq_grid_round<G>(a * b / d);  // within one grid step of the exact result
+  float r = aq_grid_round<G>(aq_div_estimate(a * b, d));  // within one grid step of the exact result
   if (r > 0.f) {
     const float lo = aq_grid_pred<G>(r);
     const float c = aq_fma(a, b, -(0.5f * (lo + r)) * d);  // sign of a*b - midpoint*d, exactly
@@ -233,6 +240,30 @@ MOEJIT_DEVICE void quantize_pieces(u32x2 (&v)[kN], float gs) {
                          act_quant_value<kPrec, kShift>(bf16_hi(v[i].x), m, gs));
     v[i].y = pack_bf16x2(act_quant_value<kPrec, kShift>(bf16_lo(v[i].y), m, gs),
                          act_quant_value<kPrec, kShift>(bf16_hi(v[i].y), m, gs));
+  }
+}
+
+// Quantizes one k16 block of 16 bf16 layer-input values in true K order (lo: K 0..7, hi: K 8..15) that
+// this lane holds whole, in the key's precision (the operand values in the input's units, a4's without
+// 1/gs); the lanes in kLaneMask hold the rest of the scale block (a8: the neighbouring k16 block; a4: none,
+// mask 0). Every lane of the warp must call it. The words go through the quantization one at a time in a
+// rolled loop (the eight rotate back into place): a kernel that calls it beside live MMA accumulators
+// (the warpgroup-MMA batch FC1) has room for one word's temporaries, not for sixteen values' at once.
+template <int kLaneMask>
+MOEJIT_DEVICE void quantize_k16_block(u32x4& lo, u32x4& hi, float gs) {
+  unsigned m = 0;
+  const u32 words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const unsigned a = abs_bits_bf16x2_max(words[i]);
+    m = a > m ? a : m;
+  }
+  m = block_amax_bits<kLaneMask>(m);
+#pragma unroll 1
+  for (int i = 0; i < 8; ++i) {
+    const u32 q = pack_bf16x2(act_quant_value<kActPrecision, 0>(bf16_lo(lo.x), m, gs),
+                              act_quant_value<kActPrecision, 0>(bf16_hi(lo.x), m, gs));
+    lo.x = lo.y, lo.y = lo.z, lo.z = lo.w, lo.w = hi.x, hi.x = hi.y, hi.y = hi.z, hi.z = hi.w, hi.w = q;
   }
 }
 #endif

@@ -6,6 +6,7 @@
 #include "activations.cuh"
 #include "expert_work.cuh"
 #include "fp4_decode.cuh"
+#include "slab_pair_max.cuh"
 
 // The position within its 16-row block at which a row r (0..15) of FC1's output is stored for the
 // warpgroup-MMA batch kernels: the prepared FC2 weights hold true K 4c..4c+3 in a lane's MMA columns
@@ -40,13 +41,17 @@ MOEJIT_DEVICE void fc1_store_pass(const Params& p, const ExpertWork& work, int s
 // operand times 2^64 (a4 without 1/gs, which FC2 folds into its output multiplier). A column's 16 rows of
 // a slab sit in the 8 lanes of one lane % 4 (rows g and g + 8), so a block's maximum is a reduction over
 // those lanes and the lane's own accumulators. Every lane of warp 0 calls it; sub_valid: bit j set when
-// slab slab0 + j exists. out_gs: a4's global scale of the intermediate (a2_gs of the expert).
+// slab slab0 + j exists. out_gs: a4's global scale of the intermediate (a2_gs of the expert). block_max:
+// where the block's rows continue in another warp (slab_pair_max.cuh: a8 in the warpgroup-MMA kernels, one
+// slab per warp), the exchange of the column maxima with it; a warp without a slab (sub_valid 0) still
+// calls it.
 template <int kAct, bool kLimit, bool kBias, int kI, int kMats, int kNT, int kCols, int kSub, bool kMmaOrder = false,
-          class Params>
+          class Params, class BlockMax = SingleWarpBlock>
 MOEJIT_DEVICE void fc1_store_pass_quantized(const Params& p, const ExpertWork& work, int slab0, u32 sub_valid, int pass,
                                             int live, const float (&acc)[kSub][kNT][kMats][4], float gs, float gs_up,
-                                            float out_gs) {
-  static_assert(kActPrecision == kActA16 || kSub * 16 == kActBlock<kActPrecision>, "one scale block of rows");
+                                            float out_gs, BlockMax block_max = {}) {
+  static_assert(kActPrecision == kActA16 || kSub * 16 * BlockMax::kBlockWarps == kActBlock<kActPrecision>,
+                "one scale block of rows");
   const int e = work.expert;
   const int lane = lane_id(), g = lane >> 2, c4 = lane & 3;
   float a[kSub][kNT][4];
@@ -75,6 +80,7 @@ MOEJIT_DEVICE void fc1_store_pass_quantized(const Params& p, const ExpertWork& w
   for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
     for (int c = 0; c < 2; ++c) amax[nt][c] = block_amax_bits<0x1C>(amax[nt][c]);
+  block_max(amax);
 #pragma unroll
   for (int j = 0; j < kSub; ++j)
 #pragma unroll

@@ -44,9 +44,11 @@ struct WgmmaStage {
 // and drops its rows, so every warp runs the same branch-free step (a zero-filled A set for it cost 16
 // register moves per chunk on every warp, v26). kRawB: B is the layer input in true K order (staged
 // through registers into MMA column order), else rows already in MMA column order (16-byte cp.async pieces).
+// The key's precision a8/a4 (kActPrecision) with kRawB: each k16 block of the layer input is quantized in
+// registers before it is stored (x_gs: a4's global scale of x), as the reference quantizes x.
 template <bool kNvfp4, int kK, int kMats, int kWarps, int kNT, int kStages, bool kRawB>
 MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const* rows, u8* smem,
-                                  float (&acc)[kMats][kNT * 4]) {
+                                  float (&acc)[kMats][kNT * 4], float x_gs = 1.f) {
   using SG = ScaleGeometry<kNvfp4>;
   using Stage = WgmmaStage<kNvfp4, kMats, kWarps, kNT>;
   constexpr int kChunks = (kK + 63) / 64;
@@ -69,7 +71,10 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const*
   // a pair of true K) is loaded into registers and stored as the two 16-byte pieces of MMA column order,
   // {u0, u2, u4, u6} and {u1, u3, u5, u7} (unit u goes to column pair (u >> 1) + 4 (u & 1)): no copy of
   // less than 16 bytes. A chunk is loaded one step before it is stored (the load's latency hides behind a
-  // step), kStages - 3 steps before it is multiplied.
+  // step), kStages - 3 steps before it is multiplied. a8/a4 quantize the block in registers before the
+  // store: a thread holds all 16 values of its k16 block (one a4 scale block), and an a8 block's other
+  // half is the neighbouring k16 block, held by the neighbouring lane (block index bi ^ 1; kBlocks is a
+  // whole number of warps, so every lane of a warp stores or none does).
   constexpr int kBlocks = kTile * 4;  // (row, k16 block) pieces of a chunk
   constexpr int kBlocksPerThread = (kBlocks + kThreads - 1) / kThreads;
   u32x4 staged[kRawB ? kBlocksPerThread : 1][2];
@@ -88,7 +93,8 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const*
     for (int i = 0; i < kBlocksPerThread; ++i) {
       const int bi = threadIdx.x + i * kThreads, row = bi >> 2, b = bi & 3;
       if (kBlocks % kThreads == 0 || bi < kBlocks) {
-        const u32x4 lo = staged[i][0], hi = staged[i][1];
+        u32x4 lo = staged[i][0], hi = staged[i][1];
+        if constexpr (kRawB && kActPrecision != kActA16) quantize_k16_block<kActPrecision == kActA8 ? 0x1 : 0x0>(lo, hi, x_gs);
         *reinterpret_cast<u32x4*>(base + sw128_offset(row, 2 * b)) = u32x4{lo.x, lo.z, hi.x, hi.z};
         *reinterpret_cast<u32x4*>(base + sw128_offset(row, 2 * b + 1)) = u32x4{lo.y, lo.w, hi.y, hi.w};
       }
@@ -189,21 +195,38 @@ __device__ void moe_batch_wgmma_fc1(const BatchFc1Params& p) {
     rows[r] = p.x + (size_t)(t.pairs[t.first + min(r, in_tile - 1)] / p.route.top_k) * kH;
   __syncthreads();
   float acc[kMats][kNT * 4];
-  wgmma_slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kStages, true>(ops.w, ops.s, rows, batch_ring, acc);
-  if (!valid) return;
-  float part[kNT][kMats][4];
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-    for (int m = 0; m < kMats; ++m)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) part[nt][m][i] = acc[m][nt * 4 + i];
+  const float x_gs = act_fc1_x_gs<kMats>(p.gscale, t.expert);  // a4's global scale of x (1 otherwise)
+  wgmma_slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kStages, true>(ops.w, ops.s, rows, batch_ring, acc, x_gs);
+  // a8's scale blocks of the intermediate span a warp pair (slab_pair_max.cuh), so a warp past the matrix
+  // stays for its partner's exchange.
+  if (kActPrecision != kActA8 && !valid) return;
   const ExpertWork work{0, t.expert, t.count, t.pairs};
   const int g = global_scale_index<kMats>(t.expert);
   const float gs = wgmma_output_scale<kNvfp4, true>(p.gscale, g);
   const float gs_up = kMats == 2 ? wgmma_output_scale<kNvfp4, true>(p.gscale, g + 1) : gs;
-  fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, 8, true>(p, work, slab, t.first, (in_tile + 7) / 8, part, gs,
-                                                               gs_up);
+  if constexpr (kActPrecision != kActA16) {
+    float part[1][kNT][kMats][4];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int m = 0; m < kMats; ++m)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) part[0][nt][m][i] = acc[m][nt * 4 + i];
+    const float unscale = act_unscale(x_gs);  // a4: x's 1/a1_gs
+    fc1_store_pass_quantized<kAct, kLimit, kBias, kI, kMats, kNT, 8, 1, true>(
+        p, work, slab, valid ? 1u : 0u, t.first, (in_tile + 7) / 8, part, gs * unscale, gs_up * unscale,
+        act_fc1_out_gs<kMats>(p.gscale, t.expert), OneSlabPerWarpBlockMax<kWarps, kTile>{});
+  } else {
+    float part[kNT][kMats][4];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int m = 0; m < kMats; ++m)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) part[nt][m][i] = acc[m][nt * 4 + i];
+    fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, 8, true>(p, work, slab, t.first, (in_tile + 7) / 8, part, gs,
+                                                                 gs_up);
+  }
 }
 
 // FC2: partial[q, :] = w_q * (act[q] . W2[e]^T + b2[e]) in fp32 for every pair; batch_combine sums them.
@@ -229,7 +252,8 @@ __device__ void moe_batch_wgmma_fc2(const BatchFc2Params& p) {
   wgmma_slab_mma<kNvfp4, kI, 1, kWarps, kNT, kStages, false>(ops.w, ops.s, rows, batch_ring, acc);
   if (!valid) return;
   const int e = t.expert;
-  const float gs = wgmma_output_scale<kNvfp4, false>(p.gscale, e);
+  float gs = wgmma_output_scale<kNvfp4, false>(p.gscale, e);
+  if (kActPrecision == kActA4) gs *= act_unscale(act_fc2_gs(p.gscale, e));  // a4: the intermediate's 1/a2_gs
   for_each_pass_result<kNT, 8>(t.first, (in_tile + 7) / 8, t.count, [&](int nt, int i, int tt, int r) {
     const int row = slab * 16 + r;
     const int q = t.pairs[tt];

@@ -78,10 +78,39 @@ MOEJIT_DEVICE int slot_row_base(const RoutingArgs& r, int slot) {
   return sum_over_slots(r, slot, [](int pairs) { return (pairs + 7) & ~7; });
 }
 
+// The a8/a4 gather's copy loop (moe_prefill_gather's items): as the a16 loop, with each piece quantized
+// before its store. The piece's k16 block is its own thread's and the neighbouring lane's (item it ^ 1); an
+// a8 block adds the neighbouring k16 block (items it ^ 2, it ^ 3): the block maximum is one or two
+// shuffles, so the loop runs in whole warps (items past the end load nothing and store nothing).
+template <int kH, int kChunks, int kMats>
+MOEJIT_DEVICE void gather_quantized(const PrefillFc1Params& p, const u16* const* rows, int expert, int c0, int items,
+                                    int rows_in_block, u16* tile_blocks) {
+  const float gs = act_fc1_x_gs<kMats>(p.gscale, expert);
+  const int warp_items = (items + 31) & ~31;
+  for (int it = threadIdx.x; it < warp_items; it += blockDim.x) {
+    const int h = it & 1, b = (it >> 1) & 3, r = (it >> 3) % rows_in_block, c = c0 + (it >> 3) / rows_in_block;
+    const bool live = it < items;
+    u32x4 lo{0u, 0u, 0u, 0u}, hi{0u, 0u, 0u, 0u};
+    if (live && rows[r] && (kH % 64 == 0 || c * 64 + b * 16 < kH)) {
+      const u32x4* src = reinterpret_cast<const u32x4*>(rows[r] + c * 64 + b * 16);
+      lo = src[0];
+      hi = src[1];
+    }
+    u32x2 piece[2] = {h ? u32x2{lo.y, lo.w} : u32x2{lo.x, lo.z}, h ? u32x2{hi.y, hi.w} : u32x2{hi.x, hi.z}};
+    quantize_pieces<kActPrecision, 0, kActPrecision == kActA8 ? 0x3 : 0x1>(piece, gs);
+    if (!live) continue;
+    u16* block = tile_blocks + (size_t)c * rows_in_block * 64;
+    *reinterpret_cast<u32x4*>(block + tile_block_offset(r, b * 16 + 8 * h)) =
+        u32x4{piece[0].x, piece[0].y, piece[1].x, piece[1].y};
+  }
+}
+
 // The gather: CTA (t, y) fills chunks y*kPerCta.. of tile t's block of the layer input; CTA (t, 0) writes
 // the tile's table entry and its rows' pairs and top-k weights (FC2's epilogue), CTA (0, 0) the tile count.
 // Each thread stores one 16-byte piece of MMA column order from a k16 block of the row's true-K order.
-template <int kH, int kN, int kPerCta>
+// a8/a4 (kActPrecision) quantize x here, once per routed pair, as the reference does (x's scale blocks run
+// along H; a4 with the tile's expert's a1_gs: kMats places it in FC1's scale plane, act_quant.cuh).
+template <int kH, int kN, int kPerCta, int kMats = 2>
 __device__ void moe_prefill_gather(const PrefillFc1Params& p) {
   constexpr int kChunks = (kH + 63) / 64;
   pdl_wait_primary();  // the route kernel's lists
@@ -117,18 +146,22 @@ __device__ void moe_prefill_gather(const PrefillFc1Params& p) {
   const int c0 = blockIdx.y * kPerCta;
   const int items = min(kPerCta, kChunks - c0) * rows_in_block * 8;  // (chunk, row, 16-byte piece)
   u16* const tile_blocks = p.xb + (size_t)row_base * kChunks * 64;
-  for (int it = threadIdx.x; it < items; it += blockDim.x) {
-    // Adjacent threads store the two pieces of one k16 block (one 32-byte sector); each loads the block.
-    const int h = it & 1, b = (it >> 1) & 3, r = (it >> 3) % rows_in_block, c = c0 + (it >> 3) / rows_in_block;
-    u32x4 lo{0u, 0u, 0u, 0u}, hi{0u, 0u, 0u, 0u};
-    if (rows[r] && (kH % 64 == 0 || c * 64 + b * 16 < kH)) {
-      const u32x4* src = reinterpret_cast<const u32x4*>(rows[r] + c * 64 + b * 16);
-      lo = src[0];
-      hi = src[1];
+  if constexpr (kActPrecision != kActA16) {
+    gather_quantized<kH, kChunks, kMats>(p, rows, t.expert, c0, items, rows_in_block, tile_blocks);
+  } else {
+    for (int it = threadIdx.x; it < items; it += blockDim.x) {
+      // Adjacent threads store the two pieces of one k16 block (one 32-byte sector); each loads the block.
+      const int h = it & 1, b = (it >> 1) & 3, r = (it >> 3) % rows_in_block, c = c0 + (it >> 3) / rows_in_block;
+      u32x4 lo{0u, 0u, 0u, 0u}, hi{0u, 0u, 0u, 0u};
+      if (rows[r] && (kH % 64 == 0 || c * 64 + b * 16 < kH)) {
+        const u32x4* src = reinterpret_cast<const u32x4*>(rows[r] + c * 64 + b * 16);
+        lo = src[0];
+        hi = src[1];
+      }
+      u16* block = tile_blocks + (size_t)c * rows_in_block * 64;
+      *reinterpret_cast<u32x4*>(block + tile_block_offset(r, b * 16 + 8 * h)) =
+          h ? u32x4{lo.y, lo.w, hi.y, hi.w} : u32x4{lo.x, lo.z, hi.x, hi.z};
     }
-    u16* block = tile_blocks + (size_t)c * rows_in_block * 64;
-    *reinterpret_cast<u32x4*>(block + tile_block_offset(r, b * 16 + 8 * h)) =
-        h ? u32x4{lo.y, lo.w, hi.y, hi.w} : u32x4{lo.x, lo.z, hi.x, hi.z};
   }
 }
 
@@ -333,6 +366,38 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
   }
 }
 
+// The a8/a4 form of FC1's store (moe_prefill_fc1's epilogue): the slab's activations are quantized as the
+// reference quantizes the intermediate (slab_pair_max.cuh: a4's block is the warp's slab, a8's the slab pair
+// of warps 2w, 2w + 1, both past the last chunk or neither, as kIChunks * 4 is even) and stored as the
+// operand times 2^64 (a4 without 1/a2_gs, which FC2 folds into its output multiplier). A slab past I in its
+// last chunk stores zeros and gives its partner zero maxima. pre: gs, gs_up, bias and out_gs as loaded by
+// the preload.
+template <int kAct, bool kLimit, bool kBias, int kI, int kMats, int kWarps, int kN, int kNW, class Pre>
+MOEJIT_DEVICE void prefill_fc1_store_quantized(const PrefillFc1Params& p, const PrefillTile& t, int slab,
+                                               const float (&acc)[kMats][kNW / 2], const Pre& pre) {
+  constexpr int kSlabs = kI / 16, kIChunks = (kI + 63) / 64;
+  float v[kNW / 2];
+  for_each_tile_result<kNW>([&](int col, int i, int r) {
+    v[i] = 0.f;
+    if (col < t.in_tile && slab < kSlabs) {
+      float gate = acc[0][i] * pre.gs, up = kMats == 2 ? acc[kMats - 1][i] * pre.gs_up : 0.f;
+      if (kBias) {
+        gate += pre.bias[0][r >> 3];
+        if (kMats == 2) up += pre.bias[1][r >> 3];
+      }
+      v[i] = apply_activation<kAct, kLimit>(gate, up, p.alpha, p.beta, p.limit);
+    }
+  });
+  quantize_slab_columns<kNW / 8>(v, pre.out_gs, OneSlabPerWarpBlockMax<kWarps, kN>{});
+  for_each_tile_result<kNW>([&](int col, int i, int r) {
+    if (col >= t.rows) return;
+    const int row = slab * 16 + r;
+    u16* block = p.act + (t.row_base * kIChunks + (size_t)(row / 64) * t.rows) * 64;
+    // Zero past I whatever the partner's block holds (a NaN there makes the block's values NaN).
+    block[tile_block_offset(col, (row % 64) / 16 * 16 + mma_k_position(row % 16))] = slab < kSlabs ? f32_to_bf16(v[i]) : 0;
+  });
+}
+
 // FC1: act block of tile t = activation(x . W13[e]^T + b13[e]) as bf16 times 2^64 in MMA column order, zero
 // in the rows past the tile's pairs and in the columns past I.
 template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kH, int kI, int kWarps, int kN, int kStages>
@@ -340,15 +405,22 @@ __device__ void moe_prefill_fc1(const PrefillFc1Params& p) {
   constexpr int kMats = kAct == kActRelu2 ? 1 : 2;
   constexpr int kChunks = (kH + 63) / 64, kIChunks = (kI + 63) / 64;
   constexpr int kSlabs = kI / 16;
-  // The unit's output multipliers and this lane's bias values (rows g and g + 8 of gate and up).
+  // The unit's output multipliers and this lane's bias values (rows g and g + 8 of gate and up); a4: the
+  // intermediate's global scale (out_gs).
   struct Fc1Preload {
-    float gs, gs_up, bias[2][2];
+    float gs, gs_up, bias[2][2], out_gs;
   };
   auto preload = [&](const PrefillTile& t, int slab) {
     Fc1Preload pre{};
     const int gi = global_scale_index<kMats>(t.expert);
     pre.gs = wgmma_output_scale<kNvfp4, true>(p.gscale, gi);
     pre.gs_up = kMats == 2 ? wgmma_output_scale<kNvfp4, true>(p.gscale, gi + 1) : pre.gs;
+    if (kActPrecision == kActA4) {
+      const float unscale = act_unscale(act_fc1_x_gs<kMats>(p.gscale, t.expert));  // x's 1/a1_gs
+      pre.gs *= unscale;
+      pre.gs_up *= unscale;
+      pre.out_gs = act_fc1_out_gs<kMats>(p.gscale, t.expert);
+    }
     if (kBias && slab < kSlabs)
 #pragma unroll
       for (int m = 0; m < kMats; ++m)
@@ -361,6 +433,10 @@ __device__ void moe_prefill_fc1(const PrefillFc1Params& p) {
     constexpr int kNW = 2 * (int)(sizeof(acc[0]) / sizeof(float));
     // Slabs past I that fall in its last chunk store zeros: FC2 multiplies them by its K padding.
     if (slab >= kIChunks * 4) return;
+    if constexpr (kActPrecision != kActA16) {
+      prefill_fc1_store_quantized<kAct, kLimit, kBias, kI, kMats, kWarps, kN, kNW>(p, t, slab, acc, pre);
+      return;
+    }
     for_each_tile_result<kNW>([&](int col, int i, int r) {
       const int row = slab * 16 + r;
       u16 v = 0;
@@ -397,6 +473,7 @@ __device__ void moe_prefill_fc2(const PrefillFc2Params& p) {
   auto preload = [&](const PrefillTile& t, int slab0) {
     Fc2Preload pre{};
     pre.gs = wgmma_output_scale<kNvfp4, false>(p.gscale, t.expert);
+    if (kActPrecision == kActA4) pre.gs *= act_unscale(act_fc2_gs(p.gscale, t.expert));  // the intermediate's 1/a2_gs
     if (kBias)
 #pragma unroll
       for (int j = 0; j < kPerWarp; ++j)

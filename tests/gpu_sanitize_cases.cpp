@@ -2,7 +2,8 @@
 // racecheck, synccheck and initcheck): prepare a layer, run a few forwards of the family, check the
 // output against the fp64 CPU reference at the small shape, and exit.
 //
-//   gpu_sanitize_cases --family decode|cooperative|batch|wgmma|prefill|csf|csf-stream --shape small|real
+//   gpu_sanitize_cases --family decode|cooperative|batch|wgmma|prefill|csf|csf-stream|wgmma-a8|wgmma-a4|prefill-a8|prefill-a4
+//                      --shape small|real
 //
 // decode: the default decode launches (route kernel or inline routing, FC1, FC2/FC2-sum); cooperative:
 // MOEJIT_DECODE_LAUNCH=cooperative (one launch with a grid barrier, read by the Runtime's constructor);
@@ -10,7 +11,10 @@
 // batch family at enough pairs per expert for warpgroup MMA (sm_90a); prefill: the prefill family forced
 // (sm_90a: gather, the persistent producer/consumer FC kernels, combine); csf: the decode launches with
 // CSF scale reads (PrepareOptions: every plane read as CSF, docs/CSF.md §8: the offsets, base bytes and
-// exception lists the kernels walk); csf-stream: the same with the streaming FC1 and FC2-sum. Every case also runs the
+// exception lists the kernels walk); csf-stream: the same with the streaming FC1 and FC2-sum; wgmma-a8,
+// wgmma-a4, prefill-a8, prefill-a4: wgmma and prefill with the layer in the a8 or a4 activation precision
+// (x quantized where FC1 stages it, the intermediate in FC1's epilogue, a8's scale blocks exchanged
+// between warp pairs through shared memory; a4 with calibrated scales). Every case also runs the
 // weight-repack (prepare) kernel and, where the plan has it, the route kernel. small: 3 experts, H 96,
 // I 160 (tails in every tile); real: gpt-oss-120b's layer (random FP4 codes; no reference check there,
 // it would take minutes under the sanitizer's slowdown). The workspace is left as cuMemAlloc returns it,
@@ -37,6 +41,7 @@ struct Case {
   Family family = Family::decode;
   std::vector<int> tokens;
   ScaleReads scales = ScaleReads::plain;
+  ActPrecision precision = ActPrecision::a16;
 };
 
 LayerSpec small_layer() {
@@ -65,14 +70,20 @@ Case case_for(const std::string& family, bool real) {
   if (family == "batch") return {Family::batch, {real ? 64 : 5, real ? 200 : 17}};
   if (family == "wgmma") return {Family::batch, {real ? 512 : 64}};
   if (family == "prefill") return {Family::prefill, {real ? 256 : 65, real ? 512 : 127}};
+  for (ActPrecision p : {ActPrecision::a8, ActPrecision::a4}) {
+    const std::string suffix = fmt::format("-{}", to_string(p));
+    if (family == "wgmma" + suffix) return {Family::batch, {real ? 512 : 64}, ScaleReads::plain, p};
+    if (family == "prefill" + suffix) return {Family::prefill, {real ? 256 : 65, real ? 512 : 127}, ScaleReads::plain, p};
+  }
   if (family == "csf") return {Family::decode, {1, 5, real ? 64 : 33}, ScaleReads::csf};
   if (family == "csf-stream") {
     ::setenv("MOEJIT_DECODE_FC1", "stream", 1);
     ::setenv("MOEJIT_DECODE_FC2", "sum", 1);
     return {Family::decode, {1, 5}, ScaleReads::csf};
   }
-  throw Error(fmt::format("--family {}: expected decode, cooperative, batch, wgmma, prefill, csf or csf-stream",
-                               family));
+  throw Error(fmt::format("--family {}: expected decode, cooperative, batch, wgmma, prefill, csf, csf-stream, "
+                          "wgmma-a8, wgmma-a4, prefill-a8 or prefill-a4",
+                          family));
 }
 
 int run(const std::string& family, const std::string& shape) {
@@ -80,7 +91,14 @@ int run(const std::string& family, const std::string& shape) {
   const bool real = shape == "real";
   const Case c = case_for(family, real);
   const LayerSpec spec = real ? load_model_config("gpt-oss-120b").local() : small_layer();
-  const HostLayer host = real ? make_random_code_layer(spec, 11) : make_random_layer(spec, 11);
+  HostLayer host = real ? make_random_code_layer(spec, 11) : make_random_layer(spec, 11);
+  if (c.precision == ActPrecision::a4) {
+    const ActivationScales s = calibrate_a4_scales(host, make_random_inputs(spec, 16, 12), /*per_expert=*/false);
+    host.a1_gs = {s.a1_gs};
+    host.a2_gs = {s.a2_gs};
+  }
+  host.spec.precision = c.precision;
+  host.validate();
   Runtime rt;
   auto layer = rt.prepare(host, PrepareOptions{c.scales});
   if (c.scales == ScaleReads::csf && layer->csf_scales() != 3) throw Error("the layer was not prepared with CSF reads");
@@ -110,12 +128,12 @@ int run(const std::string& family, const std::string& shape) {
     if (real) continue;
     std::vector<float> f(got.size());
     for (size_t i = 0; i < got.size(); ++i) f[i] = bf16_to_float(got[i]);
-    const std::vector<double> want = reference_forward(host, in).out_f64;
+    const std::vector<double> want = reference_forward(host, in, c.precision, layer_activation_scales(host)).out_f64;
     const Agreement ag = compare(f, want);
     // Every pair routed to other ranks: the output is exactly zero (and rel_l2 undefined).
     const bool all_zero = std::all_of(want.begin(), want.end(), [](double v) { return v == 0; });
     const bool ok = ag.nonfinite == 0 && (all_zero ? std::all_of(f.begin(), f.end(), [](float v) { return v == 0; })
-                                                   : ag.rel_l2 <= 4e-3);
+                                                   : ag.rel_l2 <= (c.precision == ActPrecision::a16 ? 4e-3 : 1e-2));
     if (!ok) {
       std::printf("gpu_sanitize_cases: FAILED: M=%d rel_l2 %.3e nonfinite %lld\n", m, ag.rel_l2,
                   static_cast<long long>(ag.nonfinite));
@@ -136,8 +154,8 @@ int main(int argc, char** argv) {
   }
   if (family.empty() || shape.empty()) {
     std::fprintf(stderr,
-                 "usage: gpu_sanitize_cases --family decode|cooperative|batch|wgmma|prefill|csf|csf-stream --shape "
-                 "small|real\n");
+                 "usage: gpu_sanitize_cases --family decode|cooperative|batch|wgmma|prefill|csf|csf-stream|wgmma-a8|"
+                 "wgmma-a4|prefill-a8|prefill-a4 --shape small|real\n");
     return 2;
   }
   try {

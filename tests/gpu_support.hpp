@@ -156,6 +156,19 @@ inline std::vector<LayerSpec> small_spec_variants() {
   return v;
 }
 
+// Skews the routing of random inputs: the first pair of every even token goes to local expert 0 (about
+// half of all first pairs, so that expert holds many tiles), and no pair goes to the last local expert
+// (an expert with no pair between active ones). Ids outside the local range that the inputs hold stay.
+inline void skew_routing(const LayerSpec& spec, HostInputs& in) {
+  const int k = spec.top_k, first = spec.expert_begin, last = spec.expert_begin + spec.experts - 1;
+  for (int m = 0; m < in.tokens; ++m)
+    for (int j = 0; j < k; ++j) {
+      int32_t& id = in.topk_ids[static_cast<size_t>(m) * k + j];
+      if (j == 0 && m % 2 == 0) id = first;
+      else if (id == last) id = first + 1;
+    }
+}
+
 // A golden layer's expected output (expected.safetensors' out_f32 in golden directory `dir`), widened to
 // double for compare().
 inline std::vector<double> golden_expected(const std::string& dir) {

@@ -1,9 +1,11 @@
-// GPU correctness of the a8 (MXFP8) and a4 (NVFP4) activation precisions in the decode and batch families
-// against the fp64 reference in the same precision (DESIGN §1, docs/DECISIONS.md "Precision"): every
-// format x activation x bias x limit with ids outside the local range (expert parallelism), several M per
-// family (each forced), short last scale blocks, real geometries, a4 scales calibrated as checkpoints
-// calibrate them (scalar and per expert) and saturating on purpose, staged and loaded x giving the same
-// bits, and the tolerance telling a quantized kernel from an a16 one.
+// GPU correctness of the a8 (MXFP8) and a4 (NVFP4) activation precisions in the decode, batch and prefill
+// families against the fp64 reference in the same precision (DESIGN §1, docs/DECISIONS.md "Precision"):
+// every format x activation x bias x limit with ids outside the local range (expert parallelism), several
+// M per family (each forced; the batch family's register-fed and warpgroup-MMA tiles apart), skewed
+// routing, short last scale blocks and odd slab counts, every warpgroup-MMA batch and prefill tile giving
+// the same bits, real geometries, a4 scales calibrated as checkpoints calibrate them (scalar and per
+// expert) and saturating on purpose, staged and loaded x giving the same bits, and the tolerance telling a
+// quantized kernel from an a16 one.
 #include "catch_compat.hpp"
 #include <fmt/format.h>
 
@@ -71,6 +73,41 @@ struct FamilyTokens {
 // Decode: one token (staged x), a few pairs (inline routing, FC2-sum) and the route kernel's range; batch:
 // one pair per expert to several 64-pair tiles with a ragged end.
 const FamilyTokens kSmallTokens[] = {{Family::decode, {1, 2, 5, 16, 40}}, {Family::batch, {1, 17, 64, 130}}};
+
+// The kernels that quantize with one slab per warp (a8's intermediate blocks span a warp pair,
+// templates/slab_pair_max.cuh): the batch family's warpgroup-MMA tiles and the prefill family, both sm_90a
+// only. A tile override (ScopedEnv) picks a batch tile; "" leaves the planner's.
+struct WarpgroupKernels {
+  Family family;
+  const char* tile;
+};
+const WarpgroupKernels kWarpgroupKernels[] = {{Family::batch, "w8n8d3o1m1"}, {Family::prefill, ""}};
+
+bool on_sm90() {
+  if (runtime().arch() == Arch::sm_90a) return true;
+  WARN("warpgroup MMA (batch tiles m, the prefill family) needs sm_90a; skipped on " << to_string(runtime().arch()));
+  return false;
+}
+
+// Sets the override that forces `tile` on the family's FC1 and FC2 (none for "").
+void force_tile(Family f, const char* tile) {
+  const char* fc1 = f == Family::prefill ? "MOEJIT_PREFILL_TILE_FC1" : "MOEJIT_BATCH_TILE_FC1";
+  const char* fc2 = f == Family::prefill ? "MOEJIT_PREFILL_TILE_FC2" : "MOEJIT_BATCH_TILE_FC2";
+  if (*tile) {
+    ::setenv(fc1, tile, 1);
+    ::setenv(fc2, tile, 1);
+  } else {
+    ::unsetenv(fc1);
+    ::unsetenv(fc2);
+  }
+}
+
+// The keys of a plan that must be warpgroup-MMA ones: the batch tile m, or the prefill family.
+void require_warpgroup_plan(const Plan& plan, Family f) {
+  REQUIRE(plan.family == f);
+  for (const KernelKey& k : plan.kernels)
+    if (k.kind == KernelKind::batch_fc1 || k.kind == KernelKind::batch_fc2) REQUIRE(k.wgmma);
+}
 }  // namespace
 
 TEST_CASE("a8 and a4 match the reference for every activation, format, bias and limit in both families",
@@ -113,18 +150,22 @@ TEST_CASE("a8 and a4 with short last scale blocks and an odd slab count", "[gpu]
 }
 
 TEST_CASE("a8 and a4 at real model geometries", "[gpu][precision][models]") {
+  // The planner's tiles: gpt-oss-120b's batch M = 256 (8 pairs per expert) on the register-fed MMAs,
+  // Qwen3-30B-A3B's (16 per expert) on a warpgroup-MMA tile; the prefill family forced on sm_90a.
   struct Case {
     const char* config;
-    std::vector<int> decode_tokens, batch_tokens;
+    std::vector<int> decode_tokens, batch_tokens, prefill_tokens;
   };
   uint64_t seed = 39700;
-  for (const Case& c : {Case{"gpt-oss-120b", {1, 7, 12, 64}, {256}}, Case{"deepseek-v3", {1, 9}, {64}},
-                        Case{"qwen3-30b-a3b", {1, 12, 48}, {256}}}) {
+  const bool sm90 = runtime().arch() == Arch::sm_90a;
+  for (const Case& c : {Case{"gpt-oss-120b", {1, 7, 12, 64}, {256}, {256}}, Case{"deepseek-v3", {1, 9}, {64}, {}},
+                        Case{"qwen3-30b-a3b", {1, 12, 48}, {256}, {256}}}) {
     const LayerSpec spec = load_model_config(c.config).local();
     for (ActPrecision p : {ActPrecision::a8, ActPrecision::a4}) {
       const HostLayer host = quantized_layer(spec, p, ++seed, /*per_expert=*/p == ActPrecision::a4, 1.f, /*code_layer=*/true);
       auto layer = runtime().prepare(host);
-      for (const FamilyTokens& ft : {FamilyTokens{Family::decode, c.decode_tokens}, FamilyTokens{Family::batch, c.batch_tokens}})
+      for (const FamilyTokens& ft : {FamilyTokens{Family::decode, c.decode_tokens}, FamilyTokens{Family::batch, c.batch_tokens},
+                                     FamilyTokens{Family::prefill, sm90 ? c.prefill_tokens : std::vector<int>{}}})
         for (int m : ft.tokens) {
           INFO(fmt::format("{} {} M={} plan: {}", c.config, to_string(p), m, runtime().plan(*layer, m, ft.family).describe()));
           const HostInputs in = make_random_inputs(spec, m, ++seed, true);
@@ -132,6 +173,89 @@ TEST_CASE("a8 and a4 at real model geometries", "[gpu][precision][models]") {
         }
     }
   }
+}
+
+TEST_CASE("a8 and a4 in the warpgroup-MMA batch tiles and the prefill family, every variant, skewed routing",
+          "[gpu][precision][warpgroup]") {
+  if (!on_sm90()) return;
+  // One and several tiles per expert with ragged ends; skewed: half the first pairs on one expert (many
+  // tiles, the persistent prefill CTAs walking several units each) and an expert without pairs.
+  const ScopedEnv guard{"MOEJIT_BATCH_TILE_FC1", "MOEJIT_BATCH_TILE_FC2", "MOEJIT_PREFILL_TILE_FC1",
+                        "MOEJIT_PREFILL_TILE_FC2"};
+  uint64_t seed = 40000;
+  for (const WarpgroupKernels& wk : kWarpgroupKernels)
+    for (ActPrecision p : {ActPrecision::a8, ActPrecision::a4})
+      for (LayerSpec spec : small_spec_variants()) {
+        spec.experts = 5;
+        const bool per_expert = p == ActPrecision::a4 && (seed & 1);
+        const HostLayer host = quantized_layer(spec, p, ++seed, per_expert);
+        auto layer = runtime().prepare(host);
+        force_tile(wk.family, wk.tile);
+        for (bool skewed : {false, true})
+          for (int m : {65, 127, 256, 1000}) {
+            if (!skewed && m == 1000) continue;
+            const Plan plan = runtime().plan(*layer, m, wk.family);
+            INFO(fmt::format("{} {} {} bias={} limit={} per_expert={} M={} skewed={} plan: {}", to_string(p),
+                             to_string(spec.format), to_string(spec.activation), spec.has_bias, spec.limit.has_value(),
+                             per_expert, m, skewed, plan.describe()));
+            require_warpgroup_plan(plan, wk.family);
+            HostInputs in = make_random_inputs(spec, m, ++seed, true);
+            if (skewed) skew_routing(spec, in);
+            check_quantized(compare(to_float(run_family(*layer, in, wk.family)), reference_in_precision(host, in).out_f64));
+          }
+      }
+}
+
+TEST_CASE("a8 and a4 warpgroup-MMA tiles with K and I tails and odd slab counts give one result",
+          "[gpu][precision][warpgroup][tiles]") {
+  if (!on_sm90()) return;
+  // H and I not multiples of 64 (FC1's and FC2's last K chunks short), I / 16 odd (11 and 23 slabs: the
+  // last a8 block of the intermediate is one slab, its warp's partner lies past the matrix), H = 80 (a8's
+  // last x block 16 long). Each tile sums every column's K in chunk order and quantizes the same fp32
+  // values, so the tiles of a family (warpgroups, widths, half-width tiles, ring depths) give the same bits.
+  const ScopedEnv guard{"MOEJIT_BATCH_TILE_FC1", "MOEJIT_BATCH_TILE_FC2", "MOEJIT_PREFILL_TILE_FC1",
+                        "MOEJIT_PREFILL_TILE_FC2"};
+  struct Geometry {
+    ScaleFormat format;
+    Activation activation;
+    int hidden, intermediate;
+  };
+  const std::vector<const char*> batch_tiles = {"w8n8d3o1m1", "w4n4d3m1", "w8n32d3o1m1", "w12n8d4o1m1",
+                                                "w16n1d4o1m1", "w8n6d3o2m1", "w4n24d5m1"};
+  const std::vector<const char*> prefill_tiles = {"w8n16d3", "w4n2d1", "w8n4d2", "w12n8d2", "w16n6d3", "w4n32d1"};
+  uint64_t seed = 40500;
+  for (ActPrecision p : {ActPrecision::a8, ActPrecision::a4})
+    for (const Geometry& g : {Geometry{ScaleFormat::nvfp4, Activation::silu, 80, 176},
+                              Geometry{ScaleFormat::nvfp4, Activation::relu2, 352, 368},
+                              Geometry{ScaleFormat::mxfp4, Activation::swigluoai, 352, 480}}) {
+      LayerSpec spec = small_spec(g.format, g.activation, true, g.activation != Activation::relu2);
+      spec.experts = 4;
+      spec.hidden = g.hidden;
+      spec.intermediate = g.intermediate;
+      const HostLayer host = quantized_layer(spec, p, ++seed, /*per_expert=*/p == ActPrecision::a4);
+      auto layer = runtime().prepare(host);
+      for (int m : {5, 77, 300}) {
+        HostInputs in = make_random_inputs(spec, m, ++seed, true);
+        if (m == 300) skew_routing(spec, in);
+        const ReferenceOutput ref = reference_in_precision(host, in);
+        for (const WarpgroupKernels& wk : kWarpgroupKernels) {
+          std::vector<uint16_t> first;
+          for (const char* tile : wk.family == Family::prefill ? prefill_tiles : batch_tiles) {
+            force_tile(wk.family, tile);
+            const Plan plan = runtime().plan(*layer, m, wk.family);
+            INFO(fmt::format("{} {} {} H={} I={} M={} plan: {}", to_string(p), to_string(g.format),
+                             to_string(g.activation), g.hidden, g.intermediate, m, plan.describe()));
+            require_warpgroup_plan(plan, wk.family);
+            const auto out = run_family(*layer, in, wk.family);
+            check_quantized(compare(to_float(out), ref.out_f64));
+            if (first.empty())
+              first = out;
+            else
+              CHECK(out == first);
+          }
+        }
+      }
+    }
 }
 
 TEST_CASE("a4 with saturating global scales matches the reference", "[gpu][precision][saturation]") {
@@ -227,6 +351,18 @@ TEST_CASE("the a8/a4 tolerance tells a quantized kernel from an a16 one", "[gpu]
       const HostInputs in = make_random_inputs(spec, 40, ++seed, false);
       const auto out = to_float(run_family(*layer, in, ft.family));
       INFO(fmt::format("{} {}", to_string(p), to_string(ft.family)));
+      check_quantized(compare(out, reference_in_precision(host, in).out_f64));
+      CHECK(compare(out, reference_forward(host, in, ActPrecision::a16).out_f64).rel_l2 > kQuantRelL2);
+    }
+    if (runtime().arch() != Arch::sm_90a) continue;
+    const ScopedEnv guard{"MOEJIT_BATCH_TILE_FC1", "MOEJIT_BATCH_TILE_FC2", "MOEJIT_PREFILL_TILE_FC1",
+                          "MOEJIT_PREFILL_TILE_FC2"};
+    for (const WarpgroupKernels& wk : kWarpgroupKernels) {
+      force_tile(wk.family, wk.tile);
+      const HostInputs in = make_random_inputs(spec, 200, ++seed, false);
+      require_warpgroup_plan(runtime().plan(*layer, in.tokens, wk.family), wk.family);
+      const auto out = to_float(run_family(*layer, in, wk.family));
+      INFO(fmt::format("{} {} tile {}", to_string(p), to_string(wk.family), wk.tile));
       check_quantized(compare(out, reference_in_precision(host, in).out_f64));
       CHECK(compare(out, reference_forward(host, in, ActPrecision::a16).out_f64).rel_l2 > kQuantRelL2);
     }

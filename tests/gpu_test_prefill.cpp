@@ -35,19 +35,6 @@ std::vector<uint16_t> run_prefill(const PreparedLayer& layer, const HostInputs& 
   return run_poisoned(runtime(), layer, d, in.tokens, Family::prefill);
 }
 
-// Skews the routing of random inputs: the first pair of every even token goes to local expert 0 (about
-// half of all first pairs, so that expert holds many tiles), and no pair goes to the last local expert
-// (an expert with no pair between active ones). Ids outside the local range that the inputs hold stay.
-void skew(const LayerSpec& spec, HostInputs& in) {
-  const int k = spec.top_k, first = spec.expert_begin, last = spec.expert_begin + spec.experts - 1;
-  for (int m = 0; m < in.tokens; ++m)
-    for (int j = 0; j < k; ++j) {
-      int32_t& id = in.topk_ids[static_cast<size_t>(m) * k + j];
-      if (j == 0 && m % 2 == 0) id = first;
-      else if (id == last) id = first + 1;
-    }
-}
-
 void check_every_variant(uint64_t seed, std::initializer_list<int> tokens, bool skewed) {
   for (LayerSpec spec : small_spec_variants()) {
     spec.experts = 5;
@@ -58,7 +45,7 @@ void check_every_variant(uint64_t seed, std::initializer_list<int> tokens, bool 
                        to_string(spec.activation), spec.has_bias, spec.limit.has_value(), m, skewed,
                        runtime().plan(*layer, m, Family::prefill).describe()));
       HostInputs in = make_random_inputs(spec, m, ++seed, true);
-      if (skewed) skew(spec, in);
+      if (skewed) skew_routing(spec, in);
       check_agreement(compare(to_float(run_prefill(*layer, in)), reference_forward(host, in).out_f64),
                       /*with_cosine=*/true);
     }
@@ -135,7 +122,7 @@ TEST_CASE("prefill family at a real geometry", "[gpu][prefill][models]") {
   for (int m : {40, 150, 1000}) {
     INFO(fmt::format("M={} plan: {}", m, runtime().plan(*layer, m, Family::prefill).describe()));
     HostInputs in = make_random_inputs(s, m, 990 + m, true);
-    skew(s, in);
+    skew_routing(s, in);
     check_agreement(compare(to_float(run_prefill(*layer, in)), reference_forward(host, in).out_f64),
                     /*with_cosine=*/true);
   }
@@ -184,7 +171,7 @@ TEST_CASE("prefill family: graph replay equals eager execution and runs are bit-
   auto layer = rt.prepare(host);
   const int m = 1000;
   HostInputs in = make_random_inputs(spec, m, 32, true);
-  skew(spec, in);
+  skew_routing(spec, in);
   DeviceInputs d = upload_inputs(rt, *layer, in, m);
   rt.prewarm(*layer, m);
   auto eager1 = run_poisoned(rt, *layer, d, m, Family::prefill);

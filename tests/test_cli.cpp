@@ -109,14 +109,16 @@ TEST_CASE("cli: plan", "[cli]") {
   INFO(r.out);
   CHECK(r.rc == 0);
   CHECK_THAT(r.out, Catch::Contains("the decode family serves at most 256 tokens, asked for 300"));
-  // --precision: the plan's FC1 and FC2 keys name it, the route kernel stays a16; a8's batch FC1 holds two
-  // slabs per warp and no plan uses warpgroup MMA; an unknown precision is a usage error.
-  r = cli({"plan", "--config", "deepseek-v3", "--arch", "sm_90a", "--tokens", "1,4096", "--precision", "a8"});
+  // --precision: the plan's FC1 and FC2 keys name it, the route kernel stays a16; a8 takes a16's families
+  // and tiles (8 pairs per expert: register-fed batch tiles, whose a8 FC1 holds two slabs per warp; 16: a
+  // warpgroup-MMA tile; 128: the prefill family); an unknown precision is a usage error.
+  r = cli({"plan", "--config", "deepseek-v3", "--arch", "sm_90a", "--tokens", "1,256,512,4096", "--precision", "a8"});
   INFO(r.out);
   CHECK(r.rc == 0);
   CHECK_THAT(r.out, Catch::Contains("gate_up a8)") && Catch::Contains("decode_fc1:sm_90a:nvfp4:silu:a8:") &&
                         Catch::Contains("route:sm_90a:mxfp4:silu:a16:") && Catch::Contains("batch_fc1:sm_90a:nvfp4:silu:a8:") &&
-                        Catch::Contains("s2:b0") && !Catch::Contains("m:b0"));
+                        Catch::Contains("s2:b0") && Catch::Contains("m:b0") &&
+                        Catch::Contains("prefill_fc1:sm_90a:nvfp4:silu:a8:"));
   r = cli({"plan", "--config", "deepseek-v3", "--arch", "sm_90a", "--tokens", "1", "--precision", "a2"});
   CHECK(r.rc == 2);
   CHECK_THAT(r.out, Catch::Contains("--precision"));

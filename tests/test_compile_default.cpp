@@ -151,3 +151,43 @@ TEST_CASE("the batch family's kernels of every bundled model compile for both ar
     }
   }
 }
+
+TEST_CASE("the warpgroup-MMA batch tiles and the prefill family compile in a8 and a4 without spills",
+          "[compile][precision]") {
+  // x quantized where FC1 stages it (the batch FC1's registers beside its live accumulators, the prefill
+  // gather) and the intermediate in FC1's epilogue (a8's blocks exchanged between warp pairs): per layer
+  // kind (MXFP4 swigluoai with bias and limit, NVFP4 silu, NVFP4 relu2: one FC1 matrix) the planner's
+  // warpgroup-MMA batch tiles (32 and 64 pairs) and prefill tiles (64 and 128 pairs), on sm_90a with at
+  // most a few spilled words and no wgmma that ptxas had to serialize. Most have none; the 64-pair batch
+  // FC1 of NVFP4 silu, whose a16 form takes all 128 registers its two CTAs per SM leave, parks a few
+  // loop-invariant addresses (about 20 bytes, reloaded once per chunk), and the prefill FC1 of a8 relu2 one
+  // word outside its loops.
+  for (const std::string& name : {"gpt-oss-120b", "qwen3-30b-a3b", "nemotron-3-nano-30b-a3b"})
+    for (ActPrecision p : {ActPrecision::a8, ActPrecision::a4}) {
+      LayerSpec spec = load_model_config(name).local();
+      spec.precision = p;
+      std::set<KernelKey> keys;
+      auto add = [&](Family f, double pairs_per_expert) {
+        const int m = std::clamp(static_cast<int>(std::ceil(pairs_per_expert * spec.experts / spec.top_k)), 1, kMaxTokens);
+        for (const auto& k : make_plan(spec, Arch::sm_90a, m, 132, f).kernels)
+          if (k.kind != KernelKind::route) keys.insert(k);
+      };
+      add(Family::batch, 16.0);
+      add(Family::batch, 64.0);
+      add(Family::prefill, 48.0);
+      add(Family::prefill, 128.0);
+      INFO(name << " " << to_string(p) << ": " << keys.size() << " keys");
+      REQUIRE(keys.size() == 8);
+      for (const KernelKey& key : keys) {
+        INFO(name << " key " << key.str());
+        CHECK((key.wgmma || key.kind == KernelKind::prefill_fc1 || key.kind == KernelKind::prefill_fc2));
+        CHECK(key.precision == p);
+        CompileOutput out;
+        REQUIRE_NOTHROW(out = compile_source(generate_source(key), Arch::sm_90a));
+        CHECK(out.binary.size() > 0);
+        INFO("registers " << out.registers << ", spill bytes " << out.spill_bytes << "\n" << out.log);
+        CHECK(out.spill_bytes <= kMaxSpillBytes);
+        CHECK_FALSE(out.wgmma_serialized);
+      }
+    }
+}

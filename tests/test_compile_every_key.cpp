@@ -1,6 +1,6 @@
 // NVRTC compiles every kernel key a layer can need (DESIGN §8), for sm_90a, sm_120a and sm_121a: every bundled
 // model config over the whole token range the planner serves (M = 1..kMaxTokens: decode, the route kernel,
-// the batch family and its warpgroup-MMA tiles, the repack kernel), plus layers no bundled config has
+// the batch family and its warpgroup-MMA tiles, the prefill family, the repack kernel), plus layers no bundled config has
 // (gelu_tanh; silu with a clamp; up/gate row order; expert parallelism). Compiled through `moejit
 // prewarm`, the path operators use, with two worker processes into a private cache; the planner's own key
 // count is the expected one, so a key that fails to compile, or one the CLI would skip, fails the test.
@@ -41,8 +41,10 @@ const ExtraConfig kExtraConfigs[] = {
     {"silu-limit-nvfp4-ep",
      R"({"name": "silu-limit-nvfp4-ep", "format": "nvfp4", "activation": "silu", "experts": 64,
          "hidden": 4096, "intermediate": 1408, "top_k": 6, "swiglu_limit": 10.0, "ep": 4, "ep_rank": 1})"},
-    // The activation precisions (x and the intermediate quantized inside the kernels): gpt-oss-120b's layer
-    // in a8 and Qwen3-30B-A3B's in a4, and NVFP4 a8 with I / 16 odd (an FC1 CTA without a partner slab).
+    // The activation precisions (x and the intermediate quantized inside the kernels, in every family:
+    // decode, batch with its warpgroup-MMA tiles, prefill): gpt-oss-120b's layer in a8 and Qwen3-30B-A3B's
+    // in a4, and NVFP4 relu2 (one FC1 matrix: a4's scales sit elsewhere in the scale plane) in a8 and a4
+    // with I / 16 odd (an a8 block of one slab: a decode CTA or warpgroup-MMA warp without a partner).
     {"gpt-oss-120b-a8",
      R"({"name": "gpt-oss-120b-a8", "format": "mxfp4", "activation": "swigluoai", "experts": 128, "hidden": 2880,
          "intermediate": 2880, "top_k": 4, "bias": true, "gate_up_order": "interleaved", "swiglu_limit": 7.0,
@@ -53,6 +55,9 @@ const ExtraConfig kExtraConfigs[] = {
     {"relu2-nvfp4-a8",
      R"({"name": "relu2-nvfp4-a8", "format": "nvfp4", "activation": "relu2", "experts": 64, "hidden": 1040,
          "intermediate": 1872, "top_k": 6, "precision": "a8"})"},
+    {"relu2-nvfp4-a4",
+     R"({"name": "relu2-nvfp4-a4", "format": "nvfp4", "activation": "relu2", "experts": 64, "hidden": 1040,
+         "intermediate": 1872, "top_k": 6, "precision": "a4"})"},
 };
 
 // Every key of a config's local layer for 1..kMaxTokens tokens, and the repack kernel.

@@ -934,11 +934,13 @@ TEST_CASE("the prefill family: planned on sm_90a from 96 pairs per expert, force
   k.ntiles = 16;
   k.min_blocks = 2;
   CHECK(k.normalized().min_blocks == 1);
-  // FC2 takes two slabs per consumer warp where its accumulators fit (all planned tiles), FC1 one.
+  // One slab per consumer warp in both planned kernels; FC2 takes two (s2) where its accumulators fit.
   const Plan planned = make_plan(s, Arch::sm_90a, 4096, 132);
   CHECK(planned.kernels.at(1).slabs == 1);
-  CHECK(planned.kernels.at(2).slabs == 2);
+  CHECK(planned.kernels.at(2).slabs == 1);
   KernelKey fc2 = planned.kernels.at(2);
+  fc2.slabs = 2;
+  CHECK(fc2.normalized().slabs == 2);
   fc2.ntiles = 32;  // 2 x 128 accumulators
   CHECK_THROWS_WITH(fc2.normalized(), Catch::Contains("accumulator registers"));
   fc2.slabs = 3;
@@ -975,17 +977,26 @@ KernelKey layer_key_for_test(const LayerSpec& s) {
 }
 }  // namespace
 
-TEST_CASE("a8 and a4: keys, the kernels that refuse them, and plans that avoid those", "[planner][keys][precision]") {
+TEST_CASE("a8 and a4: keys, the kernel that refuses them, and plans with a16's families and tiles",
+          "[planner][keys][precision]") {
   ScopedEnv env{"MOEJIT_DECODE_FC1", "MOEJIT_BATCH_TILE_FC1", "MOEJIT_BATCH_TILE_FC2"};
   for (ActPrecision p : {ActPrecision::a8, ActPrecision::a4}) {
     INFO(to_string(p));
     LayerSpec s = gptoss();
     s.precision = p;
-    // Every plan over the range names the precision in its FC1 and FC2 keys, never the streamed FC1 or a
-    // warpgroup-MMA tile, and a8's batch FC1 holds two slabs per warp; the route kernel stays a16.
+    LayerSpec s16 = s;
+    s16.precision = ActPrecision::a16;
+    // Every plan over the range names the precision in its FC1 and FC2 keys, never the streamed FC1; the
+    // batch and prefill families run a16's tiles (warpgroup-MMA ones included), except a8's register-fed
+    // batch FC1, which holds two slabs per warp; the route kernel stays a16.
+    CHECK(prefill_from_tokens(s, Arch::sm_90a) == prefill_from_tokens(s16, Arch::sm_90a));
     for (int m = 1; m <= kMaxTokens; m = m < 64 ? m + 1 : m * 2) {
       const Plan plan = tuned_plan(s, Arch::sm_90a, m, 132);
-      for (const KernelKey& k : plan.kernels) {
+      const Plan plan16 = tuned_plan(s16, Arch::sm_90a, m, 132);
+      CHECK(plan.family == plan16.family);
+      REQUIRE(plan.kernels.size() == plan16.kernels.size());
+      for (size_t i = 0; i < plan.kernels.size(); ++i) {
+        const KernelKey& k = plan.kernels[i];
         INFO("M=" << m << " " << k.str());
         if (k.kind == KernelKind::route) {
           CHECK(k.precision == ActPrecision::a16);
@@ -993,24 +1004,72 @@ TEST_CASE("a8 and a4: keys, the kernels that refuse them, and plans that avoid t
         }
         CHECK(k.precision == p);
         CHECK(k.kind != KernelKind::decode_fc1_stream);
-        CHECK(!k.wgmma);
-        if (k.kind == KernelKind::batch_fc1 && p == ActPrecision::a8) CHECK(k.slabs == 2);
+        if (k.kind == KernelKind::batch_fc1 || k.kind == KernelKind::batch_fc2 || k.kind == KernelKind::prefill_fc1 ||
+            k.kind == KernelKind::prefill_fc2) {
+          KernelKey same = k;
+          same.precision = ActPrecision::a16;
+          if (k.kind == KernelKind::batch_fc1 && p == ActPrecision::a8 && !k.wgmma) {
+            CHECK(k.slabs == 2);
+            same.slabs = plan16.kernels[i].slabs;
+          }
+          CHECK(same.normalized() == plan16.kernels[i]);
+        }
       }
     }
-    // Forcing a kernel that computes in a16 only is an error naming the precision, not a fallback.
+    // Forcing the kernel that computes in a16 only is an error naming the precision, not a fallback.
     KernelKey stream = layer_key_for_test(s);
     stream.kind = KernelKind::decode_fc1_stream;
     stream.inline_route = true;
     CHECK_THROWS_WITH(stream.normalized(), Catch::Contains("decode_fc1_stream computes in a16 only"));
+    ::setenv("MOEJIT_DECODE_FC1", "stream", 1);
+    CHECK_THROWS_WITH(tuned_plan(s, Arch::sm_90a, 16, 132), Catch::Contains("a16 only"));
+    ::unsetenv("MOEJIT_DECODE_FC1");
+    // The warpgroup-MMA batch tiles and the prefill family take both precisions, with one slab per warp.
     KernelKey wg = layer_key_for_test(s);
     wg.kind = KernelKind::batch_fc1;
     wg.wgmma = true;
     wg.warps = 8;
     wg.depth = 3;
-    CHECK_THROWS_WITH(wg.normalized(), Catch::Contains("warpgroup MMA batch kernels compute in a16 only"));
-    ::setenv("MOEJIT_DECODE_FC1", "stream", 1);
-    CHECK_THROWS_WITH(tuned_plan(s, Arch::sm_90a, 16, 132), Catch::Contains("a16 only"));
-    ::unsetenv("MOEJIT_DECODE_FC1");
+    CHECK(wg.normalized().precision == p);
+    CHECK(wg.normalized().slabs == 1);
+    KernelKey pf = layer_key_for_test(s);
+    pf.kind = KernelKind::prefill_fc1;
+    pf.warps = 8;
+    pf.ntiles = 16;
+    pf.depth = 3;
+    CHECK(pf.normalized().precision == p);
+    const std::string gather = generate_source(pf.normalized()).source;
+    CHECK(gather.find("moe_prefill_gather<" + std::to_string(s.hidden) + ", 128, 8, 2>") != std::string::npos);
+  }
+  // a8's FC1 of one slab per warp adds the warp pairs' exchange area (one u32 per warp and token column)
+  // to its shared memory: a prefill ring that fits alone but not with it is refused for a8 only.
+  {
+    const int most = arch_limits(Arch::sm_90a).max_dynamic_smem;
+    bool found = false;
+    for (int warps : {4, 8, 12, 16})
+      for (int ntiles = 2; ntiles <= 32 && !found; ntiles += 2)
+        for (int depth = 1; depth <= 7 && !found; ++depth) {
+          KernelKey pf = layer_key_for_test(gptoss());
+          pf.kind = KernelKind::prefill_fc1;
+          pf.warps = warps;
+          pf.ntiles = ntiles;
+          pf.depth = depth;
+          int dynamic = 0;
+          try {
+            dynamic = kernel_dynamic_smem(pf);  // a ring past the limit throws
+          } catch (const Error&) {
+            continue;
+          }
+          if (dynamic + 4 * warps * 8 * ntiles <= most) continue;
+          found = true;
+          INFO(pf.str());
+          CHECK(pf.normalized().precision == ActPrecision::a16);
+          pf.precision = ActPrecision::a8;
+          CHECK_THROWS_WITH(pf.normalized(), Catch::Contains("exceed"));
+          pf.precision = ActPrecision::a4;
+          CHECK(pf.normalized().precision == ActPrecision::a4);
+        }
+    CHECK(found);
   }
   KernelKey a8fc1 = layer_key_for_test(gptoss());
   a8fc1.precision = ActPrecision::a8;

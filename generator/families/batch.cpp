@@ -40,12 +40,10 @@ void normalize(KernelKey& k, const KernelKey& original) {
     if (k.depth < min_depth)
       fail(fmt::format("warpgroup MMA {} kernels need depth >= {}", to_string(k.kind), min_depth));
   }
-  // docs/DECISIONS.md, "Precision": a8/a4 run on the register-fed (mma.sync) batch kernels; FC1 quantizes
-  // the intermediate one scale block of rows at a time, and a8's 32 rows are two slabs of one warp.
-  if (k.precision != ActPrecision::a16 && k.wgmma)
-    fail(fmt::format("warpgroup MMA batch kernels compute in a16 only, not {} (drop the m suffix)",
-                     to_string(k.precision)));
-  if (k.kind == KernelKind::batch_fc1 && k.precision == ActPrecision::a8 && k.slabs != 2)
+  // docs/DECISIONS.md, "Precision": FC1 quantizes the intermediate one scale block of rows at a time. a8's
+  // 32 rows are two slabs: of one warp in the register-fed kernels, of a warp pair in the warpgroup-MMA
+  // kernels (one slab per warp; templates/slab_pair_max.cuh).
+  if (k.kind == KernelKind::batch_fc1 && k.precision == ActPrecision::a8 && !k.wgmma && k.slabs != 2)
     fail("a8 batch_fc1 quantizes 32 intermediate rows per warp: it needs two slabs per warp (s2)");
   if (k.kind == KernelKind::batch_fc2) {
     // FC2 does not see the activation; the limit is an FC1 concern.
@@ -72,7 +70,7 @@ int ctas_per_sm(const KernelKey& key) { return std::max(key.min_blocks, 1); }
 std::string source(const KernelKey& key, const std::string& entry) {
   const bool fc1 = key.kind == KernelKind::batch_fc1;
   const int smem = dynamic_smem(key);
-  const int most = arch_limits(key.arch).max_dynamic_smem;
+  const int most = arch_limits(key.arch).max_dynamic_smem - slab_pair_exchange_bytes(key);
   if (smem > most)
     throw Error(fmt::format("kernel key {}: the copy ring needs {} bytes of shared memory, more than the {} a CTA has "
                             "on {}",
@@ -148,10 +146,9 @@ Plan plan(const PlanRequest& r) {
   KernelKey fc1 = layer_key(r.spec, r.arch);
   const double per_expert = static_cast<double>(std::max(r.tokens, 1)) * r.spec.top_k / r.spec.experts;
   fc1.kind = KernelKind::batch_fc1;
-  // a8/a4 run on the register-fed kernels (the warpgroup-MMA kernels compute in a16 only), a8's FC1 with
-  // two slabs per warp (one 32-row scale block of the intermediate per warp).
-  const bool quantized = r.spec.precision != ActPrecision::a16;
-  if (r.arch == Arch::sm_90a && per_expert >= kWgmmaFromPairsPerExpert && !quantized) {
+  // Every precision takes the same tiles, except that a8's register-fed FC1 has two slabs per warp (one
+  // 32-row scale block of the intermediate per warp; the warpgroup-MMA FC1 pairs warps instead).
+  if (r.arch == Arch::sm_90a && per_expert >= kWgmmaFromPairsPerExpert) {
     fc1.wgmma = true;
     fc1.warps = 8;
     fc1.ntiles = wgmma_batch_ntiles(per_expert);
@@ -168,7 +165,7 @@ Plan plan(const PlanRequest& r) {
   }
   KernelKey fc2 = fc1;
   fc2.kind = KernelKind::batch_fc2;
-  if (r.spec.precision == ActPrecision::a8) fc1.slabs = 2;
+  if (r.spec.precision == ActPrecision::a8 && !fc1.wgmma) fc1.slabs = 2;
   // MOEJIT_BATCH_TILE_FC1 / _FC2 (or MOEJIT_DECODE_TILE for both) override the tiles, for sweeps.
   if (const auto& t = r.tuning.batch_tile_fc1 ? r.tuning.batch_tile_fc1 : r.tuning.decode_tile) t->apply(fc1);
   if (const auto& t = r.tuning.batch_tile_fc2 ? r.tuning.batch_tile_fc2 : r.tuning.decode_tile) t->apply(fc2);

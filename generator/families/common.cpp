@@ -80,6 +80,12 @@ int act_code(Activation a) {
 
 int fc1_mats(const KernelKey& key) { return key.activation == Activation::relu2 ? 1 : 2; }
 
+int slab_pair_exchange_bytes(const KernelKey& key) {
+  const bool one_slab_per_warp =
+      (key.kind == KernelKind::batch_fc1 && key.wgmma) || key.kind == KernelKind::prefill_fc1;
+  return key.precision == ActPrecision::a8 && one_slab_per_warp ? 4 * key.warps * 8 * key.ntiles : 0;
+}
+
 int chunk_scale_bytes(const KernelKey& key) { return key.format == ScaleFormat::nvfp4 ? 64 : 32; }
 
 int warps_threads(const KernelKey& key) { return key.warps * 32; }

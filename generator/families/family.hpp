@@ -95,6 +95,10 @@ const char* cpp_bool(bool b);
 int act_code(Activation a);
 // Matrices per FC1 slab chunk: gate and up, or one for relu2.
 int fc1_mats(const KernelKey& key);
+// Static shared memory of the a8 FC1 kernels with one slab per warp (the batch family's warpgroup-MMA
+// tiles, prefill): the exchange area of the warp pairs that share a scale block of the intermediate
+// (templates/slab_pair_max.cuh: one u32 per warp and token column). 0 for every other key.
+int slab_pair_exchange_bytes(const KernelKey& key);
 // Scale bytes per 64-wide chunk and matrix (templates/slab_mma.cuh: ScaleGeometry).
 int chunk_scale_bytes(const KernelKey& key);
 // Threads of a kernel whose CTA is the key's warps.

@@ -41,9 +41,6 @@ void normalize(KernelKey& k, const KernelKey& original) {
   auto fail = [&](std::string_view rule) { throw Error(fmt::format("kernel key {}: {}", original.str(), rule)); };
   normalize_common(k, original, 32);
   if (k.arch != Arch::sm_90a) fail("the prefill family runs on sm_90a's warpgroup MMA only");
-  if (k.precision != ActPrecision::a16)
-    fail(fmt::format("the prefill family computes a16 only; {} layers run on the decode and batch families",
-                     to_string(k.precision)));
   if (k.warps % 4 || k.warps > 16) fail("prefill kernels take 1..4 consumer warpgroups (warps 4, 8, 12, 16)");
   if (k.ntiles % 2 || k.ntiles < 2) fail("prefill tiles hold an even number of n8 blocks (16..256 tokens)");
   if (k.inline_route) fail(fmt::format("{} reads the route kernel's lists (i0)", to_string(k.kind)));
@@ -65,9 +62,11 @@ void normalize(KernelKey& k, const KernelKey& original) {
     k.activation = Activation::silu;
     k.limit = false;
   }
-  if (dynamic_smem(k) > arch_limits(k.arch).max_dynamic_smem)
+  // a8's FC1 adds the warp pairs' exchange area (static shared memory) to the ring.
+  const int most = arch_limits(k.arch).max_dynamic_smem - slab_pair_exchange_bytes(k);
+  if (dynamic_smem(k) > most)
     fail(fmt::format("{} stages of {} bytes exceed the {} bytes of shared memory a CTA has", k.depth + 1,
-                     stage_bytes(k), arch_limits(k.arch).max_dynamic_smem));
+                     stage_bytes(k), most));
 }
 
 // Consumer warps plus the producer warpgroup (registers move between warpgroups, templates/wgmma.cuh).
@@ -88,7 +87,11 @@ std::string source(const KernelKey& key, const std::string& entry) {
   a.push_back(fmt::arg("bytes", dynamic_smem(key)));
   a.push_back(fmt::arg("threads", threads(key)));
   a.push_back(fmt::arg("entry", entry));
-  a.push_back(fmt::arg("gather_chunks", kPrefillGatherChunksPerCta));
+  // a8/a4's gather quantizes x, a4's with a1_gs from FC1's scale plane, placed by the matrix count (a16's
+  // source keeps the template's default).
+  a.push_back(fmt::arg("gather_args", key.precision == ActPrecision::a16
+                                          ? fmt::format("{}", kPrefillGatherChunksPerCta)
+                                          : fmt::format("{}, {}", kPrefillGatherChunksPerCta, mats(key))));
   a.push_back(fmt::arg("params", fc1 ? "PrefillFc1Params" : "PrefillFc2Params"));
   auto format = [&](std::string_view text) { return fmt::vformat(text, a); };
   const std::string call =
@@ -104,7 +107,7 @@ std::string source(const KernelKey& key, const std::string& entry) {
                            "  {call}(p);\n}}\n");
   if (fc1)
     out += format("extern \"C\" __global__ void __launch_bounds__(256) {entry}_gather(const PrefillFc1Params p) {{\n"
-                  "  moe_prefill_gather<{hidden}, {n}, {gather_chunks}>(p);\n}}\n");
+                  "  moe_prefill_gather<{hidden}, {n}, {gather_args}>(p);\n}}\n");
   else
     out += format("extern \"C\" __global__ void __launch_bounds__(256) {entry}_combine(const PrefillFc2Params p) {{\n"
                   "  moe_topk_combine<{experts}, {hidden}, true>(p);\n}}\n");
@@ -132,8 +135,6 @@ Plan plan(const PlanRequest& r) {
   fc1.min_blocks = 1;
   KernelKey fc2 = fc1;
   fc2.kind = KernelKind::prefill_fc2;
-  // FC2 takes two slabs per warp where the accumulators fit: one B block then feeds 256 rows of H.
-  fc2.slabs = operands(fc2) * 2 * fc2.ntiles * 4 <= 128 ? 2 : 1;
   for (KernelKey* k : {&fc1, &fc2}) {
     k->depth = 1;
     while (k->depth < 7 && (k->depth + 2) * stage_bytes(*k) + 1024 <= 200 * 1024) ++k->depth;
