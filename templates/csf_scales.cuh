@@ -55,7 +55,8 @@ struct CsfSlab {
 // loop of kernels at their register caps): the base bytes, a cursor into the slab's list, and how many
 // chunks remain until the chunk of the record it points at (uniform over the warp: every lane walks the
 // same list and the same chunks). kStride: chunks between a warp's consecutive chunks (its K parts).
-template <bool kNvfp4, int kMats, int kStride>
+// kMaskedPatch: records are applied with masks instead of branches (CsfWarpReader).
+template <bool kNvfp4, int kMats, int kStride, bool kMaskedPatch = false>
 struct CsfReader {
   static_assert(kMats == 1 || kMats == 2, "one or two matrices");
   u32 bases;   // kMats 1: the base pattern; 2: rows (g, g + 8) of matrix 0 | of matrix 1 << 16
@@ -106,16 +107,25 @@ struct CsfReader {
     while ((r >> 16) <= c) {
       const u32 key = (r >> 11) & 0xFu;
       if ((r >> 16) == c && (kMats == 2 ? (key & 7u) == who : key == who)) {
-        // Masks rather than branches per matrix and word: a branch on the record's matrix or byte index
-        // became an indexed local-memory access to the lane's scale words.
-        const u32 i = (r >> 8) & 7u, shift = 8u * (i & 3u), slot = 0xFFu << shift, byte = (r & 0xFFu) << shift;
-        const u32 in_x = i < 4 ? ~0u : 0u;
+        const u32 i = (r >> 8) & 7u, shift = 8u * (i & 3u), keep = ~(0xFFu << shift), byte = (r & 0xFFu) << shift;
+        if constexpr (kMaskedPatch) {
+          // Masks rather than branches per matrix and word: in the batch and prefill consumers a branch on
+          // the record's matrix or byte index became an indexed local-memory access to the scale words.
+          const u32 in_x = i < 4 ? ~0u : 0u;
 #pragma unroll
-        for (int m = 0; m < kMats; ++m) {
-          const u32 in_m = kMats == 1 || (key >> 3) == (u32)m ? ~0u : 0u;
-          const u32 mx = in_m & in_x & slot, my = in_m & ~in_x & slot;
-          s[m].x = (s[m].x & ~mx) | (byte & mx);
-          s[m].y = (s[m].y & ~my) | (byte & my);
+          for (int m = 0; m < kMats; ++m) {
+            const u32 in_m = kMats == 1 || (key >> 3) == (u32)m ? ~0u : 0u;
+            const u32 mx = in_m & in_x & ~keep, my = in_m & ~in_x & ~keep;
+            s[m].x = (s[m].x & ~mx) | (byte & mx);
+            s[m].y = (s[m].y & ~my) | (byte & my);
+          }
+        } else {
+#pragma unroll
+          for (int m = 0; m < kMats; ++m)
+            if (kMats == 1 || (key >> 3) == (u32)m) {
+              if (i < 4) s[m].x = (s[m].x & keep) | byte;
+              else s[m].y = (s[m].y & keep) | byte;
+            }
         }
       }
       ++cursor;
@@ -156,7 +166,7 @@ struct CsfWarpReader {
   static constexpr int kReaders = kMats == 2 ? kPerWarp : 1;
   static constexpr int kReaderMats = kA / kReaders;
   static constexpr bool kReads = true;
-  CsfReader<kNvfp4, kReaderMats, kStride> reader[kReaders];
+  CsfReader<kNvfp4, kReaderMats, kStride, true> reader[kReaders];
 
   // e: the expert; slab0: the warp's first slab; slabs: the plane's slabs per matrix; g: the lane's row group.
   MOEJIT_DEVICE void begin(const CsfPlaneArrays& a, int e, int slab0, int slabs, int g, int first_chunk) {
