@@ -142,19 +142,25 @@ KernelKey KernelKey::normalized() const {
   // The kind's family decides what its kernels ignore and cannot build (generator/families/).
   KernelKey k = *this;
   detail::family_of(kind).normalize(k, *this);
-  // CSF scale planes are read by the decode kernels only: each keeps the bit of the plane it reads.
+  // CSF scale planes are read by the decode, batch and prefill kernels: each keeps the bit of the plane it
+  // reads (the route and prepare kernels read none).
   if (k.csf_scales < 0 || k.csf_scales > 3)
     throw Error(fmt::format("kernel key {}: csf_scales must be in [0, 3] (1 FC1's plane, 2 FC2's)", str()));
   switch (k.kind) {
     case KernelKind::decode_fc1:
     case KernelKind::decode_fc1_loop:
-    case KernelKind::decode_fc1_stream: k.csf_scales &= 1; break;
+    case KernelKind::decode_fc1_stream:
+    case KernelKind::batch_fc1:
+    case KernelKind::prefill_fc1: k.csf_scales &= 1; break;
     case KernelKind::decode_fc2:
-    case KernelKind::decode_fc2_sum: k.csf_scales &= 2; break;
+    case KernelKind::decode_fc2_sum:
+    case KernelKind::batch_fc2:
+    case KernelKind::prefill_fc2: k.csf_scales &= 2; break;
     case KernelKind::decode_fused: break;
     default: k.csf_scales = 0;
   }
-  // The a8/a4 decode kernels read the plain planes (a CSF layer keeps them, docs/DECISIONS.md "CSF").
+  // The a8/a4 decode and batch kernels read the plain planes (an a8/a4 layer keeps them, docs/DECISIONS.md
+  // "CSF").
   if (k.precision != ActPrecision::a16) k.csf_scales = 0;
   // DESIGN §1 defines the clamp for silu and swigluoai only.
   if (k.activation != Activation::silu && k.activation != Activation::swigluoai) k.limit = false;

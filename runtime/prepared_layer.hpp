@@ -2,6 +2,7 @@
 // A layer in the decode family's prepared layout, in device memory.
 #include <cuda.h>
 
+#include "moejit/csf_prepared.hpp"
 #include "moejit/runtime.hpp"
 #include "runtime/prepared_layout.hpp"
 
@@ -17,8 +18,9 @@ struct PreparedLayerImpl final : PreparedLayer {
   // fc1_gs / fc2_gs: the weights' global scales ([E][mats], [E]; NVFP4 only), and in a4 layers (either
   // format, ones in place of MXFP4's weight scales) the activations' global scales after them: FC1's plane
   // [E][mats] + a1_gs [E] + a2_gs [E], FC2's [E] + a2_gs [E] (templates/act_quant.cuh).
-  // Prepared CSF planes (include/moejit/csf_prepared.hpp) the decode kernels read instead of fc1_s /
-  // fc2_s where fc1_csf / fc2_csf; fc1_s and fc2_s stay for the batch family.
+  // Prepared CSF planes (include/moejit/csf_prepared.hpp) the kernels read instead of fc1_s / fc2_s where
+  // fc1_csf / fc2_csf (keys with csf_scales). An a16 layer then holds no fc1_s / fc2_s (null): every a16
+  // kernel reads CSF; an a8/a4 layer keeps them for its kernels (runtime/runtime.cpp prepare).
   struct CsfBuffers {
     DeviceBuffer offsets, base, exc;
     size_t bytes() const { return offsets.size() + base.size() + exc.size(); }
@@ -32,7 +34,8 @@ struct PreparedLayerImpl final : PreparedLayer {
   }
   int csf_scales() const override { return (fc1_csf ? 1 : 0) | (fc2_csf ? 2 : 0); }
   PreparedScaleBytes scale_bytes() const override {
-    return {fc1_s.size(), fc1_csf ? fc1_csf_s.bytes() : 0, fc2_s.size(), fc2_csf ? fc2_csf_s.bytes() : 0};
+    return {fc1_prepared_geometry(layer_spec).plain_bytes(), fc1_csf ? fc1_csf_s.bytes() : 0,
+            fc2_prepared_geometry(layer_spec).plain_bytes(), fc2_csf ? fc2_csf_s.bytes() : 0};
   }
 };
 

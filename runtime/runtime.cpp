@@ -163,8 +163,8 @@ std::shared_ptr<PreparedLayer> Runtime::prepare(const HostLayer& layer, const Pr
   };
   v.w13 = up(layer.w13);
   // The plain prepared planes are repacked on the GPU from plain logical bytes (CSF planes expanded on
-  // the host), for the batch family and for planes the decode kernels read plainly; the prepared CSF
-  // planes the decode kernels read are built on the host from the same bytes (docs/CSF.md §8).
+  // the host), for planes the kernels read plainly (and for a8/a4 layers' kernels); the prepared CSF
+  // planes are built on the host from the same bytes (docs/CSF.md §8).
   std::vector<uint8_t> fc1_expanded, fc2_expanded;
   const std::vector<uint8_t>& fc1_plain = plain_scale_plane(layer.w13_scale, layer.w13_scale_csf, fc1_expanded);
   const std::vector<uint8_t>& fc2_plain = plain_scale_plane(layer.w2_scale, layer.w2_scale_csf, fc2_expanded);
@@ -200,6 +200,12 @@ std::shared_ptr<PreparedLayer> Runtime::prepare(const HostLayer& layer, const Pr
   };
   impl.fc1_csf = csf_plane(layer.w13_scale_csf.has_value(), fc1_plain, fc1_prepared_geometry(spec), impl.fc1_csf_s);
   impl.fc2_csf = csf_plane(layer.w2_scale_csf.has_value(), fc2_plain, fc2_prepared_geometry(spec), impl.fc2_csf_s);
+  // Every kernel an a16 layer can plan (decode, batch, prefill) reads a CSF plane as CSF, so its plain
+  // prepared plane is dropped; the a8/a4 kernels read plain planes, so those layers keep both forms.
+  if (spec.precision == ActPrecision::a16) {
+    if (impl.fc1_csf) impl.fc1_s = DeviceBuffer{};
+    if (impl.fc2_csf) impl.fc2_s = DeviceBuffer{};
+  }
   in.restore();
   return prepared;
 }

@@ -78,6 +78,16 @@ MOEJIT_DEVICE void bulk_copy_to_shared(u32 dst, const void* src, u32 bytes, u32 
 MOEJIT_DEVICE void cp_async_16(u32 dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
+// A global -> shared copy of kBytes (4, 8 or 16; both addresses kBytes-aligned) of read-only data: pieces
+// smaller than cp_async_16's (a CSF plane's MXFP4 offsets, 4 bytes per chunk and matrix).
+template <int kBytes>
+MOEJIT_DEVICE void cp_async_piece(u32 dst, const void* src) {
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async copies 4, 8 or 16 bytes");
+  if constexpr (kBytes == 16)
+    cp_async_16(dst, src, 16);
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(dst), "l"(src), "n"(kBytes) : "memory");
+}
 // One arrival on the barrier, made when every cp.async this thread issued before it has landed (the
 // barrier's expected arrivals must count it: noinc).
 MOEJIT_DEVICE void cp_async_mbarrier_arrive(u32 bar) {

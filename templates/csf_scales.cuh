@@ -55,16 +55,20 @@ struct CsfSlab {
 // loop of kernels at their register caps): the base bytes, a cursor into the slab's list, and how many
 // chunks remain until the chunk of the record it points at (uniform over the warp: every lane walks the
 // same list and the same chunks). kStride: chunks between a warp's consecutive chunks (its K parts).
-template <bool kNvfp4, int kMats, int kStride>
+// kMaskedPatch: records are applied with masks instead of branches (CsfWarpReader).
+template <bool kNvfp4, int kMats, int kStride, bool kMaskedPatch = false>
 struct CsfReader {
   static_assert(kMats == 1 || kMats == 2, "one or two matrices");
   u32 bases;   // kMats 1: the base pattern; 2: rows (g, g + 8) of matrix 0 | of matrix 1 << 16
   u32 cursor;  // the next record not yet passed (an index into exc), and CsfSlab::start's bit 31
   int gap;     // its chunk minus the chunk of the warp's next step
 
-  MOEJIT_DEVICE void begin(const CsfSlab& s, int g, int first_chunk) {
+  // second (kMats 2): the second matrix exists; a one-matrix plane's slab pair whose second slab lies past
+  // the plane (an odd slab count) has no base bytes there, and its rows are dropped by the caller.
+  MOEJIT_DEVICE void begin(const CsfSlab& s, int g, int first_chunk, bool second = true) {
     const u32 pair0 = *reinterpret_cast<const u16*>(s.base + 2 * g);  // rows g, g + 8
-    bases = kMats == 2 ? pair0 | (u32)*reinterpret_cast<const u16*>(s.base + 16 + 2 * g) << 16 : pair0 * 0x00010001u;
+    const u32 pair1 = kMats == 2 && second ? (u32)*reinterpret_cast<const u16*>(s.base + 16 + 2 * g) : pair0;
+    bases = kMats == 2 ? pair0 | pair1 << 16 : pair0 * 0x00010001u;
     cursor = s.start;
     gap = (int)(__ldg(s.exc + (cursor & 0x7FFFFFFFu)) >> 16) - first_chunk;
   }
@@ -104,16 +108,108 @@ struct CsfReader {
       const u32 key = (r >> 11) & 0xFu;
       if ((r >> 16) == c && (kMats == 2 ? (key & 7u) == who : key == who)) {
         const u32 i = (r >> 8) & 7u, shift = 8u * (i & 3u), keep = ~(0xFFu << shift), byte = (r & 0xFFu) << shift;
+        if constexpr (kMaskedPatch) {
+          // Masks rather than branches per matrix and word: in the batch and prefill consumers a branch on
+          // the record's matrix or byte index became an indexed local-memory access to the scale words.
+          const u32 in_x = i < 4 ? ~0u : 0u;
 #pragma unroll
-        for (int m = 0; m < kMats; ++m)
-          if (kMats == 1 || (key >> 3) == (u32)m) {
-            if (i < 4) s[m].x = (s[m].x & keep) | byte;
-            else s[m].y = (s[m].y & keep) | byte;
+          for (int m = 0; m < kMats; ++m) {
+            const u32 in_m = kMats == 1 || (key >> 3) == (u32)m ? ~0u : 0u;
+            const u32 mx = in_m & in_x & ~keep, my = in_m & ~in_x & ~keep;
+            s[m].x = (s[m].x & ~mx) | (byte & mx);
+            s[m].y = (s[m].y & ~my) | (byte & my);
           }
+        } else {
+#pragma unroll
+          for (int m = 0; m < kMats; ++m)
+            if (kMats == 1 || (key >> 3) == (u32)m) {
+              if (i < 4) s[m].x = (s[m].x & keep) | byte;
+              else s[m].y = (s[m].y & keep) | byte;
+            }
+        }
       }
       ++cursor;
       r = __ldg(exc + (cursor & 0x7FFFFFFFu));
     }
     gap = (int)((r >> 16) - c);
   }
+};
+
+// The side arrays of a plane read as CSF (base bytes, exception lists): the batch and prefill kernels'
+// parameter structs hold them as s_base and s_exc only where the key reads the plane as CSF (the plain
+// kernels' parameters, and so their code, stay as they were); these macros read them where they exist.
+struct CsfPlaneArrays {
+  const u8* base;
+  const u32* exc;
+};
+#if MOEJIT_CSF_FC1
+#define MOEJIT_FC1_CSF_ARRAYS(p) CsfPlaneArrays{(p).s_base, (p).s_exc}
+#else
+#define MOEJIT_FC1_CSF_ARRAYS(p) CsfPlaneArrays{nullptr, nullptr}
+#endif
+#if MOEJIT_CSF_FC2
+#define MOEJIT_FC2_CSF_ARRAYS(p) CsfPlaneArrays{(p).s_base, (p).s_exc}
+#else
+#define MOEJIT_FC2_CSF_ARRAYS(p) CsfPlaneArrays{nullptr, nullptr}
+#endif
+
+// The CSF reading state of a warp that holds kPerWarp adjacent 16-row slabs of a plane of kMats matrices
+// (the batch and prefill families, whose stages order a warp's A operands slab-major: operand a = slab j x
+// kMats + matrix m). FC1's slabs each walk their own list (both matrices); a one-matrix plane's two slabs
+// (kPerWarp 2, the first slab even) walk their pair's list as the two matrices of one reader, a single
+// slab its pair's list with its parity bit. Slabs at or past the plane's `slabs` (a last, partial row
+// group) read one that exists: the caller drops their rows.
+template <bool kNvfp4, int kMats, int kPerWarp, int kStride>
+struct CsfWarpReader {
+  static_assert(kPerWarp == 1 || kPerWarp == 2, "one or two slabs per warp");
+  static constexpr int kA = kMats * kPerWarp;
+  static constexpr int kReaders = kMats == 2 ? kPerWarp : 1;
+  static constexpr int kReaderMats = kA / kReaders;
+  static constexpr bool kReads = true;
+  CsfReader<kNvfp4, kReaderMats, kStride, true> reader[kReaders];
+
+  // e: the expert; slab0: the warp's first slab; slabs: the plane's slabs per matrix; g: the lane's row group.
+  MOEJIT_DEVICE void begin(const CsfPlaneArrays& a, int e, int slab0, int slabs, int g, int first_chunk) {
+#pragma unroll
+    for (int j = 0; j < kReaders; ++j) {
+      int slab = slab0 + j;
+      if (slab >= slabs) slab = slab0 < slabs ? slab0 : 0;
+      const size_t index = (size_t)e * slabs + slab;
+      const size_t list = kMats == 2 ? index : (size_t)e * ((slabs + 1) / 2) + slab / 2;
+      const u32 parity = kReaderMats == 1 ? (u32)(slab & 1) << 31 : 0u;
+      reader[j].begin(CsfSlab{a.base + index * kMats * 16, a.exc, __ldg(a.exc + list) | parity}, g, first_chunk,
+                      kMats == 2 || slab + 1 < slabs);
+    }
+  }
+
+  // Where the lane's offsets word of operand a lies in a stage's offsets (operand a's bytes at a x
+  // kBytesPerChunk, the lane's row group's word in them).
+  MOEJIT_DEVICE static int lane_offset(int g) { return g * CsfGeometry<kNvfp4>::kLaneStride; }
+
+  // The lane's plain scale bytes of every operand for the warp's next chunk, from its offsets words.
+  MOEJIT_DEVICE void scales(const u32 (&word)[kA], u32x2 (&s)[kA], const u32* exc) {
+#pragma unroll
+    for (int j = 0; j < kReaders; ++j) {
+      u32 w[kReaderMats];
+      u32x2 r[kReaderMats];
+#pragma unroll
+      for (int m = 0; m < kReaderMats; ++m) w[m] = word[j * kReaderMats + m];
+      reader[j].scales(w, r, exc);
+#pragma unroll
+      for (int m = 0; m < kReaderMats; ++m) s[j * kReaderMats + m] = r[m];
+    }
+  }
+};
+
+// Stands in for a CsfWarpReader in kernels that read plain scales (no state, no code).
+struct CsfNoReader {
+  static constexpr bool kReads = false;
+};
+template <bool kCsf, bool kNvfp4, int kMats, int kPerWarp, int kStride>
+struct CsfWarpReaderOf {
+  using Type = CsfNoReader;
+};
+template <bool kNvfp4, int kMats, int kPerWarp, int kStride>
+struct CsfWarpReaderOf<true, kNvfp4, kMats, kPerWarp, kStride> {
+  using Type = CsfWarpReader<kNvfp4, kMats, kPerWarp, kStride>;
 };

@@ -22,3 +22,13 @@ using dptr = std::uint64_t;  // a device address (CUdeviceptr)
 using i32 = std::int32_t;
 }  // namespace moejit::detail
 #endif
+
+// The batch and prefill families' parameter structs end with a plane's CSF side arrays (docs/CSF.md §8)
+// only in kernels that read that plane as CSF (the key's csf_scales; csf_scales.cuh MOEJIT_FC1_CSF_ARRAYS
+// reads them), so plain kernels keep their parameters; the host always has the fields and passes its whole
+// struct (a launch copies the bytes the kernel declares).
+#if defined(__CUDACC__)
+#define MOEJIT_CSF_PLANE_FIELDS(plane) (plane)
+#else
+#define MOEJIT_CSF_PLANE_FIELDS(plane) 1
+#endif

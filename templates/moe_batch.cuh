@@ -106,9 +106,16 @@ struct BatchStage {
 // it in place (act_quant.cuh; the operand values in the layer input's units, a4's without 1/gs) and meets
 // a second barrier before the MMAs: each thread takes 4-value pieces, and the pieces of 4 (a4) or 8 (a8)
 // consecutive threads are one row's scale block. x_gs: a4's global scale of x.
-template <bool kNvfp4, int kK, int kMats, int kSlabs, int kWarps, int kNT, int kStages, bool kRawB, typename RowOf>
+//
+// kCsf: s is the warp's first slab's CSF offsets (csf_scales.cuh), copied into the stages in place of the
+// scale bytes; the warp rebuilds its scale bytes per chunk from them, the base bytes and lists of csf_arrays
+// (expert e, first slab `slab` of the plane's plane_slabs).
+template <bool kNvfp4, int kK, int kMats, int kSlabs, int kWarps, int kNT, int kStages, bool kRawB, typename RowOf,
+          bool kCsf = false>
 MOEJIT_DEVICE void batch_slab_mma(const u32x4* w, const u8* s, u32 valid, int live_tiles, RowOf row_of, u8* smem,
-                                  float (&acc)[kNT][kSlabs * kMats][4], float x_gs = 1.f) {
+                                  float (&acc)[kNT][kSlabs * kMats][4], float x_gs = 1.f,
+                                  const CsfPlaneArrays& csf_arrays = CsfPlaneArrays{}, int e = 0, int slab = 0,
+                                  int plane_slabs = 0) {
   using SG = ScaleGeometry<kNvfp4>;
   using Stage = BatchStage<kNvfp4, kMats, kWarps, kNT, kSlabs>;
   constexpr int kChunks = (kK + 63) / 64;
@@ -142,10 +149,17 @@ MOEJIT_DEVICE void batch_slab_mma(const u32x4* w, const u8* s, u32 valid, int li
       for (int m = 0; m < kMats; ++m)
         cp_async_16(base + Stage::kActBytes + (((warp * kSlabs + j) * kMats + m) * 32 + lane) * 16,
                     w + j * kSlabW + (chunk * kMats + m) * 32, 16);
-      if (lane < kScalePieces)
+      if constexpr (kCsf) {
+        using SS = StageScales<kNvfp4, kMats, true>;
+        if (lane < SS::kPieces)
+          cp_async_piece<SS::kPieceBytes>(
+              base + Stage::kActBytes + Stage::kWeightBytes + (warp * kSlabs + j) * SS::kSlabBytes + lane * SS::kPieceBytes,
+              s + (j * kChunks + chunk) * SS::kSlabBytes + lane * SS::kPieceBytes);
+      } else if (lane < kScalePieces) {
         cp_async_16(base + Stage::kActBytes + Stage::kWeightBytes + (warp * kSlabs + j) * kMats * Stage::kScaleChunk +
                         lane * 16,
                     s + j * kSlabS + chunk * kMats * Stage::kScaleChunk + lane * 16, 16);
+      }
     }
   };
 
@@ -154,6 +168,10 @@ MOEJIT_DEVICE void batch_slab_mma(const u32x4* w, const u8* s, u32 valid, int li
     if (st < kChunks) issue(st, st);
     cp_async_commit();
   }
+  // CSF: the slabs' base bytes and list cursors, loaded while the first chunks are in flight.
+  typename CsfWarpReaderOf<kCsf, kNvfp4, kMats, kSlabs, 1>::Type csf;
+  if constexpr (kCsf)
+    if (valid) csf.begin(csf_arrays, e, slab, plane_slabs, g, 0);
   int stage = 0;
 #pragma unroll 1
   for (int chunk = 0; chunk < kChunks; ++chunk) {
@@ -181,11 +199,23 @@ MOEJIT_DEVICE void batch_slab_mma(const u32x4* w, const u8* s, u32 valid, int li
           at + Stage::kActBytes + Stage::kWeightBytes + warp * kAll * Stage::kScaleChunk + g * SG::kBytesPerLane;
       u32x4 wc[kAll];
       u32x2 sc[kAll];
+      if constexpr (kCsf) {
+        constexpr int kOffsetBytes = CsfGeometry<kNvfp4>::kBytesPerChunk;
+        const u8* orow = at + Stage::kActBytes + Stage::kWeightBytes + warp * kAll * kOffsetBytes + csf.lane_offset(g);
+        u32 words[kAll];
 #pragma unroll
-      for (int m = 0; m < kAll; ++m) {
-        wc[m] = wr[m * 32];
-        sc[m] = kNvfp4 ? *reinterpret_cast<const u32x2*>(sr + m * Stage::kScaleChunk)
-                       : u32x2{*reinterpret_cast<const u32*>(sr + m * Stage::kScaleChunk), 0u};
+        for (int m = 0; m < kAll; ++m) {
+          wc[m] = wr[m * 32];
+          words[m] = *reinterpret_cast<const u32*>(orow + m * kOffsetBytes);
+        }
+        csf.scales(words, sc, csf_arrays.exc);
+      } else {
+#pragma unroll
+        for (int m = 0; m < kAll; ++m) {
+          wc[m] = wr[m * 32];
+          sc[m] = kNvfp4 ? *reinterpret_cast<const u32x2*>(sr + m * Stage::kScaleChunk)
+                         : u32x2{*reinterpret_cast<const u32*>(sr + m * Stage::kScaleChunk), 0u};
+        }
       }
       auto piece = [&](int nt, int st) {
         return *reinterpret_cast<const u32x2*>(tile + (nt * 8 + g) * kBatchRowStride + st * 16 + 4 * c4);
@@ -226,8 +256,9 @@ __device__ void moe_batch_fc1(const BatchFc1Params& p) {
   const int warp = threadIdx.x >> 5;
   const int slab = (t.group * kWarps + warp) * kPerWarp;
   const u32 valid = batch_valid_slabs<kPerWarp, kSlabs>(slab);
-  const SlabOperands ops =
-      slab_operands<kNvfp4, kChunks, kMats, kSlabs>(p.w, p.s, p.gscale, t.expert, valid ? slab : 0);
+  const CsfPlaneArrays csf = MOEJIT_FC1_CSF_ARRAYS(p);
+  const SlabOperands ops = slab_operands<kNvfp4, kChunks, kMats, kSlabs, kCsfFc1>(p.w, p.s, p.gscale, t.expert,
+                                                                                  valid ? slab : 0, csf.base, csf.exc);
   const int in_tile = min(kTile, t.count - t.first);
   const int live = (in_tile + 7) / 8;
   auto row_of = [&](int r) {
@@ -235,8 +266,9 @@ __device__ void moe_batch_fc1(const BatchFc1Params& p) {
     return p.x + (size_t)(q / p.route.top_k) * kH;
   };
   float acc[kNT][kPerWarp * kMats][4];
-  batch_slab_mma<kNvfp4, kH, kMats, kPerWarp, kWarps, kNT, kStages, true>(ops.w, ops.s, valid, live, row_of, batch_ring,
-                                                                          acc, act_fc1_x_gs<kMats>(p.gscale, t.expert));
+  batch_slab_mma<kNvfp4, kH, kMats, kPerWarp, kWarps, kNT, kStages, true, decltype(row_of), kCsfFc1>(
+      ops.w, ops.s, valid, live, row_of, batch_ring, acc, act_fc1_x_gs<kMats>(p.gscale, t.expert), csf, t.expert, slab,
+      kSlabs);
   const ExpertWork work{0, t.expert, t.count, t.pairs};
   const int g = global_scale_index<kMats>(t.expert);
   const float unscale = act_unscale(act_fc1_x_gs<kMats>(p.gscale, t.expert));  // a4: x's 1/a1_gs
@@ -294,12 +326,15 @@ __device__ void moe_batch_fc2(const BatchFc2Params& p) {
   const int warp = threadIdx.x >> 5;
   const int slab = (t.group * kWarps + warp) * kPerWarp;
   const u32 valid = batch_valid_slabs<kPerWarp, kSlabs>(slab);
-  const SlabOperands ops = slab_operands<kNvfp4, kChunks, 1, kSlabs>(p.w, p.s, p.gscale, t.expert, valid ? slab : 0);
+  const CsfPlaneArrays csf = MOEJIT_FC2_CSF_ARRAYS(p);
+  const SlabOperands ops =
+      slab_operands<kNvfp4, kChunks, 1, kSlabs, kCsfFc2>(p.w, p.s, p.gscale, t.expert, valid ? slab : 0, csf.base, csf.exc);
   const int in_tile = min(kTile, t.count - t.first);
   const int live = (in_tile + 7) / 8;
   auto row_of = [&](int r) { return p.act + (size_t)t.pairs[t.first + min(r, in_tile - 1)] * kI; };
   float acc[kNT][kPerWarp][4];
-  batch_slab_mma<kNvfp4, kI, 1, kPerWarp, kWarps, kNT, kStages, false>(ops.w, ops.s, valid, live, row_of, batch_ring, acc);
+  batch_slab_mma<kNvfp4, kI, 1, kPerWarp, kWarps, kNT, kStages, false, decltype(row_of), kCsfFc2>(
+      ops.w, ops.s, valid, live, row_of, batch_ring, acc, 1.f, csf, t.expert, slab, kSlabs);
   const int e = t.expert;
   float gs = batch_output_scale<kNvfp4, kNT, false>(p.gscale, e);
   if (kActPrecision == kActA4) gs *= act_unscale(act_fc2_gs(p.gscale, e));  // a4: the intermediate's 1/a2_gs

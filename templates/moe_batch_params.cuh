@@ -14,6 +14,10 @@ struct BatchFc1Params {
   MOEJIT_PTR(u16) act;           // [M*K][I] bf16 times 2^64, row q (in MMA column order on warpgroup MMA)
   float alpha, beta, limit;
   RoutingArgs route;             // the route kernel's lists
+#if MOEJIT_CSF_PLANE_FIELDS(MOEJIT_CSF_FC1)
+  MOEJIT_PTR(const u8) s_base;   // CSF scales (s their offsets): base bytes [E][I/16][mats][8 groups][2 rows]
+  MOEJIT_PTR(const u32) s_exc;   // CSF scales: list starts, then the records (csf_scales.cuh)
+#endif
 };
 
 struct BatchFc2Params {
@@ -27,6 +31,10 @@ struct BatchFc2Params {
   MOEJIT_PTR(u16) out;           // [M][H] bf16 (the combine)
   i32 tokens;
   RoutingArgs route;
+#if MOEJIT_CSF_PLANE_FIELDS(MOEJIT_CSF_FC2)
+  MOEJIT_PTR(const u8) s_base;   // CSF scales (s their offsets): base bytes [E][H/16][8 groups][2 rows]
+  MOEJIT_PTR(const u32) s_exc;   // CSF scales: list starts, then the records (csf_scales.cuh)
+#endif
 };
 
 MOEJIT_PARAMS_END

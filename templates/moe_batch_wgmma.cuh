@@ -46,9 +46,13 @@ struct WgmmaStage {
 // through registers into MMA column order), else rows already in MMA column order (16-byte cp.async pieces).
 // The key's precision a8/a4 (kActPrecision) with kRawB: each k16 block of the layer input is quantized in
 // registers before it is stored (x_gs: a4's global scale of x), as the reference quantizes x.
-template <bool kNvfp4, int kK, int kMats, int kWarps, int kNT, int kStages, bool kRawB>
+// kCsf: s is the slab's CSF offsets (csf_scales.cuh), copied into the stage in place of its scale bytes,
+// and csf_arrays, e, slab, slabs say which base bytes and list the warp reads (slab_operands' slab).
+template <bool kNvfp4, int kK, int kMats, int kWarps, int kNT, int kStages, bool kRawB, bool kCsf = false>
 MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const* rows, u8* smem,
-                                  float (&acc)[kMats][kNT * 4], float x_gs = 1.f) {
+                                  float (&acc)[kMats][kNT * 4], float x_gs = 1.f,
+                                  const CsfPlaneArrays& csf_arrays = CsfPlaneArrays{}, int e = 0, int slab = 0,
+                                  int slabs = 0) {
   using SG = ScaleGeometry<kNvfp4>;
   using Stage = WgmmaStage<kNvfp4, kMats, kWarps, kNT>;
   constexpr int kChunks = (kK + 63) / 64;
@@ -120,10 +124,19 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const*
 #pragma unroll
     for (int m = 0; m < kMats; ++m)
       cp_async_16(base + Stage::kActBytes + ((warp * kMats + m) * 32 + lane) * 16, w + (chunk * kMats + m) * 32, 16);
-    if (lane < kScalePieces)
+    if constexpr (kCsf) {
+      using SS = StageScales<kNvfp4, kMats, true>;
+      if (lane < SS::kPieces)
+        cp_async_piece<SS::kPieceBytes>(base + Stage::kActBytes + Stage::kWeightBytes + warp * SS::kSlabBytes +
+                                            lane * SS::kPieceBytes,
+                                        s + chunk * SS::kSlabBytes + lane * SS::kPieceBytes);
+    } else if (lane < kScalePieces) {
       cp_async_16(base + Stage::kActBytes + Stage::kWeightBytes + warp * kMats * Stage::kScaleChunk + lane * 16,
                   s + chunk * kMats * Stage::kScaleChunk + lane * 16, 16);
+    }
   };
+  // CSF: the slab's base bytes and list cursor (begun below, while the first chunks are in flight).
+  typename CsfWarpReaderOf<kCsf, kNvfp4, kMats, 1, 1>::Type csf;
 
   // A fragments in a ring of two k16 steps: step j is decoded into slot j % 2 once the MMAs of step j - 2
   // (the last readers of that slot) are done, while step j - 1's MMAs run. 8 kMats registers instead of
@@ -150,9 +163,21 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const*
 
     const u8* at = ring_ptr + stage * Stage::kBytes;
     const u32x4* wr = reinterpret_cast<const u32x4*>(at + Stage::kActBytes) + warp * kMats * 32 + lane;
-    const u8* sr = at + Stage::kActBytes + Stage::kWeightBytes + warp * kMats * Stage::kScaleChunk + g * SG::kBytesPerLane;
-    wgmma_slab_chunk<kNvfp4, kMats, Stage::kScaleChunk, kRawB>(wr, sr, wgmma_desc_k_sw128(ring + stage * Stage::kBytes),
-                                                               ar, acc, [](int) {});
+    if constexpr (kCsf) {
+      constexpr int kOffsetBytes = CsfGeometry<kNvfp4>::kBytesPerChunk;
+      const u8* orow = at + Stage::kActBytes + Stage::kWeightBytes + warp * kMats * kOffsetBytes + csf.lane_offset(g);
+      u32 words[kMats];
+      u32x2 sc[kMats];
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) words[m] = *reinterpret_cast<const u32*>(orow + m * kOffsetBytes);
+      csf.scales(words, sc, csf_arrays.exc);
+      wgmma_slab_chunk_from_registers<kNvfp4, kMats, kRawB>(wr, sc, wgmma_desc_k_sw128(ring + stage * Stage::kBytes), ar,
+                                                           acc, [](int) {});
+    } else {
+      const u8* sr = at + Stage::kActBytes + Stage::kWeightBytes + warp * kMats * Stage::kScaleChunk + g * SG::kBytesPerLane;
+      wgmma_slab_chunk<kNvfp4, kMats, Stage::kScaleChunk, kRawB>(wr, sr, wgmma_desc_k_sw128(ring + stage * Stage::kBytes),
+                                                                 ar, acc, [](int) {});
+    }
   };
 
 #pragma unroll
@@ -166,6 +191,7 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const*
     }
     cp_async_commit();
   }
+  if constexpr (kCsf) csf.begin(csf_arrays, e, slab, slabs, g, 0);
 #pragma unroll 1
   for (int chunk = 0; chunk < kChunks; ++chunk) step(chunk);
   wgmma_wait<0>();
@@ -188,7 +214,9 @@ __device__ void moe_batch_wgmma_fc1(const BatchFc1Params& p) {
   if (t.slot < 0) return;
   const int slab = t.group * kWarps + (int)(threadIdx.x >> 5);
   const bool valid = slab < kSlabs;
-  const SlabOperands ops = slab_operands<kNvfp4, kChunks, kMats, kSlabs>(p.w, p.s, p.gscale, t.expert, valid ? slab : 0);
+  const CsfPlaneArrays csf = MOEJIT_FC1_CSF_ARRAYS(p);
+  const SlabOperands ops = slab_operands<kNvfp4, kChunks, kMats, kSlabs, kCsfFc1>(p.w, p.s, p.gscale, t.expert,
+                                                                                  valid ? slab : 0, csf.base, csf.exc);
   const int in_tile = min(kTile, t.count - t.first);
   __shared__ const u16* rows[kTile];
   for (int r = threadIdx.x; r < kTile; r += kWarps * 32)
@@ -196,7 +224,8 @@ __device__ void moe_batch_wgmma_fc1(const BatchFc1Params& p) {
   __syncthreads();
   float acc[kMats][kNT * 4];
   const float x_gs = act_fc1_x_gs<kMats>(p.gscale, t.expert);  // a4's global scale of x (1 otherwise)
-  wgmma_slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kStages, true>(ops.w, ops.s, rows, batch_ring, acc, x_gs);
+  wgmma_slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kStages, true, kCsfFc1>(ops.w, ops.s, rows, batch_ring, acc, x_gs,
+                                                                         csf, t.expert, valid ? slab : 0, kSlabs);
   // a8's scale blocks of the intermediate span a warp pair (slab_pair_max.cuh), so a warp past the matrix
   // stays for its partner's exchange.
   if (kActPrecision != kActA8 && !valid) return;
@@ -243,13 +272,17 @@ __device__ void moe_batch_wgmma_fc2(const BatchFc2Params& p) {
   if (t.slot < 0) return;
   const int slab = t.group * kWarps + (int)(threadIdx.x >> 5);
   const bool valid = slab < kSlabs;
-  const SlabOperands ops = slab_operands<kNvfp4, kChunks, 1, kSlabs>(p.w, p.s, p.gscale, t.expert, valid ? slab : 0);
+  const CsfPlaneArrays csf = MOEJIT_FC2_CSF_ARRAYS(p);
+  const SlabOperands ops =
+      slab_operands<kNvfp4, kChunks, 1, kSlabs, kCsfFc2>(p.w, p.s, p.gscale, t.expert, valid ? slab : 0, csf.base, csf.exc);
   const int in_tile = min(kTile, t.count - t.first);
   __shared__ const u16* rows[kTile];
   for (int r = threadIdx.x; r < kTile; r += kWarps * 32) rows[r] = p.act + (size_t)t.pairs[t.first + min(r, in_tile - 1)] * kI;
   __syncthreads();
   float acc[1][kNT * 4];
-  wgmma_slab_mma<kNvfp4, kI, 1, kWarps, kNT, kStages, false>(ops.w, ops.s, rows, batch_ring, acc);
+  wgmma_slab_mma<kNvfp4, kI, 1, kWarps, kNT, kStages, false, kCsfFc2>(ops.w, ops.s, rows, batch_ring, acc, 1.f,
+                                                                      csf, t.expert,
+                                                                      valid ? slab : 0, kSlabs);
   if (!valid) return;
   const int e = t.expert;
   float gs = wgmma_output_scale<kNvfp4, false>(p.gscale, e);

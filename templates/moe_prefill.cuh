@@ -194,8 +194,9 @@ struct RingCursor {
 // its pieces have landed. Bulk copies of the small runs (one per slab and kind, 17 per stage) bounded the
 // kernel by the copy engine's requests; cp.async spreads them over the lanes. The unit's row group holds
 // kWarps x kPerWarp slabs, warp w's from slab w x kPerWarp on; slabs past the matrix copy the last one
-// (their rows are dropped).
-template <bool kNvfp4, int kChunks, int kMats, int kPerWarp, int kSlabs, int kWarps, int kN, int kStages>
+// (their rows are dropped). kCsf: s is a prepared CSF plane's offsets, and the slabs' offsets of the chunk
+// take the place of their scale bytes (StageScales: half of NVFP4's bytes, an eighth of MXFP4's).
+template <bool kNvfp4, int kChunks, int kMats, int kPerWarp, int kSlabs, int kWarps, int kN, int kStages, bool kCsf>
 MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w, const u8* s, int expert, int group,
                                    u32 ring, const PrefillBarriers<kStages>& bars, RingCursor<kStages>& cur) {
   using Stage = PrefillStage<kNvfp4, kPerWarp * kMats, kWarps, kN>;
@@ -218,12 +219,23 @@ MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w
       const size_t slab = (size_t)expert * kSlabs + min(group * kGroupSlabs + si, kSlabs - 1);
       cp_async_16(at + Stage::kBBytes + i * 16, wb + ((slab * kChunks + c) * kRunPieces + piece) * 16, 16);
     }
+    if constexpr (kCsf) {
+      using SS = StageScales<kNvfp4, kMats, true>;
 #pragma unroll
-    for (int i = lane; i < kGroupSlabs * kScalePieces; i += 32) {
-      const int si = i / kScalePieces, piece = i % kScalePieces;
-      const size_t slab = (size_t)expert * kSlabs + min(group * kGroupSlabs + si, kSlabs - 1);
-      cp_async_16(at + Stage::kBBytes + Stage::kWeightBytes + i * 16,
-                  s + ((slab * kChunks + c) * kScalePieces + piece) * 16, 16);
+      for (int i = lane; i < kGroupSlabs * SS::kPieces; i += 32) {
+        const int si = i / SS::kPieces, piece = i % SS::kPieces;
+        const size_t slab = (size_t)expert * kSlabs + min(group * kGroupSlabs + si, kSlabs - 1);
+        cp_async_piece<SS::kPieceBytes>(at + Stage::kBBytes + Stage::kWeightBytes + i * SS::kPieceBytes,
+                                        s + (slab * kChunks + c) * SS::kSlabBytes + piece * SS::kPieceBytes);
+      }
+    } else {
+#pragma unroll
+      for (int i = lane; i < kGroupSlabs * kScalePieces; i += 32) {
+        const int si = i / kScalePieces, piece = i % kScalePieces;
+        const size_t slab = (size_t)expert * kSlabs + min(group * kGroupSlabs + si, kSlabs - 1);
+        cp_async_16(at + Stage::kBBytes + Stage::kWeightBytes + i * 16,
+                    s + ((slab * kChunks + c) * kScalePieces + piece) * 16, 16);
+      }
     }
     cp_async_mbarrier_arrive(full);
     cur.advance();
@@ -235,9 +247,13 @@ MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w
 // then per k16 step decode into a two-slot A ring (the slot's last reader, step j - 2, done: wgmma_wait<1>)
 // and issue the step's kMats wgmmas as one group. Chunk c - 1's stage is released at chunk c's second
 // step, once every MMA of chunk c - 1 is done.
-template <bool kNvfp4, int kChunks, int kA, int kWarps, int kN, int kNW, int kStages, bool kRawB>
+// CSF scales (Csf a CsfWarpReader, begun for the unit's slabs): the stage holds the operands' offsets
+// words; the warp rebuilds its lane's scale bytes in registers from them (csf_exc: the plane's lists).
+template <bool kNvfp4, int kChunks, int kA, int kWarps, int kN, int kNW, int kStages, bool kRawB, class Csf>
 MOEJIT_DEVICE void prefill_consume(u32 ring, const u8* ring_ptr, const PrefillBarriers<kStages>& bars,
-                                   RingCursor<kStages>& cur, float (&acc)[kA][kNW / 2]) {
+                                   RingCursor<kStages>& cur, float (&acc)[kA][kNW / 2], Csf& csf,
+                                   const u32* csf_exc) {
+  constexpr bool kCsf = Csf::kReads;
   using SG = ScaleGeometry<kNvfp4>;
   using Stage = PrefillStage<kNvfp4, kA, kWarps, kN>;
   const int lane = lane_id(), warp = threadIdx.x >> 5, g = lane >> 2;
@@ -253,14 +269,27 @@ MOEJIT_DEVICE void prefill_consume(u32 ring, const u8* ring_ptr, const PrefillBa
     mbarrier_wait(bars.full(stage), cur.phase);
     const u8* at = ring_ptr + stage * Stage::kBytes;
     const u32x4* wr = reinterpret_cast<const u32x4*>(at + Stage::kBBytes) + warp * kA * 32 + lane;
-    const u8* sr = at + Stage::kBBytes + Stage::kWeightBytes + warp * kA * Stage::kScaleChunk + g * SG::kBytesPerLane;
-    wgmma_slab_chunk<kNvfp4, kA, Stage::kScaleChunk, kRawB>(
-        wr, sr, wgmma_desc_k_sw128(ring + stage * Stage::kBytes), ar, acc, [&](int st) {
-          if (st == 1 && prev >= 0) {
-            if (lane == 0) mbarrier_arrive(bars.empty(prev));  // every MMA of the previous chunk is done
-            prev = -1;
-          }
-        });
+    auto release_previous = [&](int st) {
+      if (st == 1 && prev >= 0) {
+        if (lane == 0) mbarrier_arrive(bars.empty(prev));  // every MMA of the previous chunk is done
+        prev = -1;
+      }
+    };
+    if constexpr (kCsf) {
+      constexpr int kOffsetBytes = CsfGeometry<kNvfp4>::kBytesPerChunk;
+      const u8* orow = at + Stage::kBBytes + Stage::kWeightBytes + warp * kA * kOffsetBytes + Csf::lane_offset(g);
+      u32 words[kA];
+      u32x2 sc[kA];
+#pragma unroll
+      for (int a = 0; a < kA; ++a) words[a] = *reinterpret_cast<const u32*>(orow + a * kOffsetBytes);
+      csf.scales(words, sc, csf_exc);
+      wgmma_slab_chunk_from_registers<kNvfp4, kA, kRawB>(wr, sc, wgmma_desc_k_sw128(ring + stage * Stage::kBytes), ar,
+                                                        acc, release_previous);
+    } else {
+      const u8* sr = at + Stage::kBBytes + Stage::kWeightBytes + warp * kA * Stage::kScaleChunk + g * SG::kBytesPerLane;
+      wgmma_slab_chunk<kNvfp4, kA, Stage::kScaleChunk, kRawB>(wr, sr, wgmma_desc_k_sw128(ring + stage * Stage::kBytes),
+                                                              ar, acc, release_previous);
+    }
     prev = stage;
     cur.advance();
   }
@@ -303,11 +332,12 @@ inline constexpr bool kPrefillQuarterWidth = kN % 32 == 0 && kN / 4 >= 16;
 // before a unit's product (its loads are in flight while the product runs) and epilogue(t, slab0, acc,
 // preloaded) after it (acc[kA][kNW / 2], kNW the width run), also for slabs past the matrix (>= kSlabs).
 // Each walker reads the next unit's tile entry before working on the current one, so those dependent loads
-// are off the path too.
+// are off the path too. kCsf: s is the plane's CSF offsets and csf its other arrays (csf_scales.cuh); each
+// consumer warp begins its slabs' readers with the unit's preload.
 template <bool kNvfp4, int kChunks, int kMats, int kPerWarp, int kSlabs, int kWarps, int kN, int kStages, bool kRawB,
-          class Preload, class Epilogue>
+          bool kCsf, class Preload, class Epilogue>
 MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const u16* b_base, const u32x4* w, const u8* s,
-                              Preload preload, Epilogue epilogue) {
+                              const CsfPlaneArrays& csf_arrays, Preload preload, Epilogue epilogue) {
   constexpr int kA = kPerWarp * kMats;
   constexpr int kGroupSlabs = kWarps * kPerWarp;
   constexpr int kGroups = (kSlabs + kGroupSlabs - 1) / kGroupSlabs;
@@ -339,7 +369,7 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
     for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
       const PrefillTile t = next;
       if (unit + gridDim.x < units) next = prefill_tile<kN>(tiles, route, (unit + gridDim.x) / kGroups);
-      prefill_produce<kNvfp4, kChunks, kMats, kPerWarp, kSlabs, kWarps, kN, kStages>(
+      prefill_produce<kNvfp4, kChunks, kMats, kPerWarp, kSlabs, kWarps, kN, kStages, kCsf>(
           b_base + t.row_base * kChunks * 64, t.rows, w, s, t.expert, unit % kGroups, ring, bars, cur);
     }
     return;
@@ -351,10 +381,13 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
     if (unit + gridDim.x < units) next = prefill_tile<kN>(tiles, route, (unit + gridDim.x) / kGroups);
     const int slab0 = unit % kGroups * kGroupSlabs + warp * kPerWarp;
     const auto pre = preload(t, slab0);
+    typename CsfWarpReaderOf<kCsf, kNvfp4, kMats, kPerWarp, 1>::Type csf;
+    if constexpr (kCsf) csf.begin(csf_arrays, t.expert, slab0, kSlabs, lane_id() >> 2, 0);
     auto run = [&](auto width) {
       constexpr int kNW = decltype(width)::value;
       float acc[kA][kNW / 2];
-      prefill_consume<kNvfp4, kChunks, kA, kWarps, kN, kNW, kStages, kRawB>(ring, ring_ptr, bars, cur, acc);
+      prefill_consume<kNvfp4, kChunks, kA, kWarps, kN, kNW, kStages, kRawB>(ring, ring_ptr, bars, cur, acc, csf,
+                                                                            csf_arrays.exc);
       epilogue(t, slab0, acc, pre);
     };
     if (kPrefillQuarterWidth<kN> && t.in_tile <= kN / 4)
@@ -453,8 +486,8 @@ __device__ void moe_prefill_fc1(const PrefillFc1Params& p) {
       block[tile_block_offset(col, (row % 64) / 16 * 16 + mma_k_position(row % 16))] = v;
     });
   };
-  prefill_fc<kNvfp4, kChunks, kMats, 1, kSlabs, kWarps, kN, kStages, true>(p.tiles, p.route, p.xb, p.w, p.s, preload,
-                                                                           epilogue);
+  prefill_fc<kNvfp4, kChunks, kMats, 1, kSlabs, kWarps, kN, kStages, true, kCsfFc1>(
+      p.tiles, p.route, p.xb, p.w, p.s, MOEJIT_FC1_CSF_ARRAYS(p), preload, epilogue);
 }
 
 // FC2: partial[q, :] = act[q] . W2[e]^T + b2[e] in fp32 for every pair; moe_topk_combine weighs them by the
@@ -504,6 +537,6 @@ __device__ void moe_prefill_fc2(const PrefillFc2Params& p) {
       });
     }
   };
-  prefill_fc<kNvfp4, kChunks, 1, kPerWarp, kSlabs, kWarps, kN, kStages, false>(p.tiles, p.route, p.act, p.w, p.s, preload,
-                                                                               epilogue);
+  prefill_fc<kNvfp4, kChunks, 1, kPerWarp, kSlabs, kWarps, kN, kStages, false, kCsfFc2>(
+      p.tiles, p.route, p.act, p.w, p.s, MOEJIT_FC2_CSF_ARRAYS(p), preload, epilogue);
 }

@@ -2,7 +2,8 @@
 // racecheck, synccheck and initcheck): prepare a layer, run a few forwards of the family, check the
 // output against the fp64 CPU reference at the small shape, and exit.
 //
-//   gpu_sanitize_cases --family decode|cooperative|batch|wgmma|prefill|csf|csf-stream|wgmma-a8|wgmma-a4|prefill-a8|prefill-a4
+//   gpu_sanitize_cases --family decode|cooperative|batch|wgmma|prefill|csf|csf-stream|csf-batch|csf-prefill|
+//                               wgmma-a8|wgmma-a4|prefill-a8|prefill-a4
 //                      --shape small|real
 //
 // decode: the default decode launches (route kernel or inline routing, FC1, FC2/FC2-sum); cooperative:
@@ -11,10 +12,12 @@
 // batch family at enough pairs per expert for warpgroup MMA (sm_90a); prefill: the prefill family forced
 // (sm_90a: gather, the persistent producer/consumer FC kernels, combine); csf: the decode launches with
 // CSF scale reads (PrepareOptions: every plane read as CSF, docs/CSF.md §8: the offsets, base bytes and
-// exception lists the kernels walk); csf-stream: the same with the streaming FC1 and FC2-sum; wgmma-a8,
-// wgmma-a4, prefill-a8, prefill-a4: wgmma and prefill with the layer in the a8 or a4 activation precision
-// (x quantized where FC1 stages it, the intermediate in FC1's epilogue, a8's scale blocks exchanged
-// between warp pairs through shared memory; a4 with calibrated scales). Every case also runs the
+// exception lists the kernels walk); csf-stream: the same with the streaming FC1 and FC2-sum; csf-batch: the
+// batch family with CSF scale reads, register-fed and warpgroup-MMA (sm_90a) token counts; csf-prefill: the
+// prefill family with CSF scale reads (sm_90a: the producer copies offsets, the consumers rebuild the
+// scales); wgmma-a8, wgmma-a4, prefill-a8, prefill-a4: wgmma and prefill with the layer in the a8 or a4
+// activation precision (x quantized where FC1 stages it, the intermediate in FC1's epilogue, a8's scale
+// blocks exchanged between warp pairs through shared memory; a4 with calibrated scales). Every case also runs the
 // weight-repack (prepare) kernel and, where the plan has it, the route kernel. small: 3 experts, H 96,
 // I 160 (tails in every tile); real: gpt-oss-120b's layer (random FP4 codes; no reference check there,
 // it would take minutes under the sanitizer's slowdown). The workspace is left as cuMemAlloc returns it,
@@ -81,8 +84,10 @@ Case case_for(const std::string& family, bool real) {
     ::setenv("MOEJIT_DECODE_FC2", "sum", 1);
     return {Family::decode, {1, 5}, ScaleReads::csf};
   }
+  if (family == "csf-batch") return {Family::batch, {real ? 64 : 5, real ? 512 : 64}, ScaleReads::csf};
+  if (family == "csf-prefill") return {Family::prefill, {real ? 256 : 65, real ? 512 : 127}, ScaleReads::csf};
   throw Error(fmt::format("--family {}: expected decode, cooperative, batch, wgmma, prefill, csf, csf-stream, "
-                          "wgmma-a8, wgmma-a4, prefill-a8 or prefill-a4",
+                          "csf-batch, csf-prefill, wgmma-a8, wgmma-a4, prefill-a8 or prefill-a4",
                           family));
 }
 
@@ -154,8 +159,8 @@ int main(int argc, char** argv) {
   }
   if (family.empty() || shape.empty()) {
     std::fprintf(stderr,
-                 "usage: gpu_sanitize_cases --family decode|cooperative|batch|wgmma|prefill|csf|csf-stream|wgmma-a8|"
-                 "wgmma-a4|prefill-a8|prefill-a4 --shape small|real\n");
+                 "usage: gpu_sanitize_cases --family decode|cooperative|batch|wgmma|prefill|csf|csf-stream|csf-batch|"
+                 "csf-prefill|wgmma-a8|wgmma-a4|prefill-a8|prefill-a4 --shape small|real\n");
     return 2;
   }
   try {

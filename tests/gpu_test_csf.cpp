@@ -4,7 +4,10 @@
 // decode kernel variant the planner uses (grid, loop and streaming FC1; split FC2, FC2-sum over one and
 // two slabs; the route kernel's lists and inline routing; the cooperative launch; even-column tiles),
 // both formats, every activation, bias and limit, layers with forced exceptions, and the golden layers.
-// The batch family reads the plain prepared planes a CSF layer keeps, and must agree too.
+// The batch family (register-fed and warpgroup-MMA kernels) and the prefill family read the prepared CSF
+// planes too (an a16 layer prepared with CSF reads keeps no plain planes), and must agree the same way:
+// every tile kind (one and two slabs per warp, FC2's slab pairs with an odd slab count), H and I tails,
+// several M.
 #include "catch_compat.hpp"
 
 #include <fmt/format.h>
@@ -127,6 +130,83 @@ void expect_identical(const HostLayer& plain, const std::vector<int>& tokens, co
   CHECK(run_poisoned(base, *p_plain, d, m, Family::batch) == run_poisoned(base, *p_csf, d, m, Family::batch));
 }
 
+// Tile overrides of the batch and prefill families, and the family each forces.
+const char* const kTokenTileVariables[] = {"MOEJIT_BATCH_TILE_FC1", "MOEJIT_BATCH_TILE_FC2", "MOEJIT_PREFILL_TILE_FC1",
+                                           "MOEJIT_PREFILL_TILE_FC2"};
+struct TokenTileVariant {
+  Family family;
+  const char* fc1 = nullptr;  // the family's tile overrides (nullptr: the planner's tiles)
+  const char* fc2 = nullptr;
+  bool sm90 = false;  // warpgroup MMA: sm_90a only
+  std::string describe() const {
+    return fmt::format("{} {} {}", to_string(family), fc1 ? fc1 : "planned", fc2 ? fc2 : "planned");
+  }
+  void apply() const {
+    const bool batch = family == Family::batch;
+    const char* values[] = {batch ? fc1 : nullptr, batch ? fc2 : nullptr, batch ? nullptr : fc1, batch ? nullptr : fc2};
+    for (size_t i = 0; i < std::size(values); ++i) {
+      if (values[i]) ::setenv(kTokenTileVariables[i], values[i], 1);
+      else ::unsetenv(kTokenTileVariables[i]);
+    }
+  }
+};
+
+// Register-fed batch kernels with block scales on the fp32 results (1-2 column tiles) and on the weights
+// (4-8), one and two slabs per warp; warpgroup-MMA batch kernels; prefill with FC2 over slab pairs and
+// single slabs, one to three consumer warpgroups, narrow and wide tiles.
+const TokenTileVariant kTokenTileVariants[] = {
+    {Family::batch},
+    {Family::batch, "w4n1d3", "w4n1d3"},
+    {Family::batch, "w2n2d1s2", "w2n1d3s2"},
+    {Family::batch, "w4n8d3s2", "w4n8d3s2"},
+    {Family::batch, "w4n4d2", "w8n8d2"},
+    {Family::batch, "w8n8d3o2m1", "w8n8d3o2m1", true},
+    {Family::batch, "w4n4d3m1", "w16n1d4o1m1", true},
+    {Family::prefill, nullptr, nullptr, true},
+    {Family::prefill, "w8n16d3", "w8n16d3s2", true},
+    {Family::prefill, "w4n2d1", "w4n2d1", true},
+    {Family::prefill, "w12n8d2", "w12n8d2s2", true},
+};
+
+// Outputs of `plain` prepared with plain scale reads and with CSF scale reads, compared exactly for each
+// batch or prefill variant and M.
+void expect_identical_token_tiles(const HostLayer& plain, const std::vector<int>& tokens,
+                                  const std::vector<TokenTileVariant>& variants) {
+  const ScopedEnv guard{kTokenTileVariables[0], kTokenTileVariables[1], kTokenTileVariables[2], kTokenTileVariables[3]};
+  TokenTileVariant{Family::batch}.apply();
+  Runtime& base = tuned_runtime();
+  const auto p_plain = base.prepare(plain, PrepareOptions{ScaleReads::plain});
+  const auto p_csf = base.prepare(plain, PrepareOptions{ScaleReads::csf});
+  REQUIRE(p_csf->csf_scales() == 3);
+  // Every kernel an a16 layer plans reads CSF, so the CSF layer keeps no plain planes.
+  const PreparedScaleBytes b = p_csf->scale_bytes();
+  CHECK(p_csf->device_bytes() == p_plain->device_bytes() - b.fc1_plain - b.fc2_plain + b.fc1_csf + b.fc2_csf);
+  int compared = 0;
+  for (const TokenTileVariant& v : variants) {
+    if (v.sm90 && base.arch() != Arch::sm_90a) continue;
+    v.apply();
+    Runtime& rt = tuned_runtime();
+    for (int m : tokens) {
+      INFO(fmt::format("M {} {}", m, v.describe()));
+      const HostInputs in = make_random_inputs(plain.spec, m, 300 + m, true);
+      DeviceInputs d = upload_inputs(rt, *p_plain, in, m);
+      Plan plan;
+      try {
+        plan = rt.plan(*p_csf, m, v.family);
+      } catch (const Error&) {
+        continue;  // a tile this layer's geometry cannot take (its normalize rule says why)
+      }
+      for (const KernelKey& k : plan.kernels)
+        if (k.kind != KernelKind::route) CHECK(k.csf_scales != 0);
+      const auto a = run_poisoned(rt, *p_plain, d, m, v.family);
+      const auto c = run_poisoned(rt, *p_csf, d, m, v.family);
+      CHECK(a == c);
+      ++compared;
+    }
+  }
+  REQUIRE(compared > 0);
+}
+
 LayerSpec mid_spec(ScaleFormat f, Activation a, int hidden, int intermediate) {
   const bool oai = a == Activation::swigluoai;
   LayerSpec spec = small_spec(f, a, oai, oai);
@@ -205,5 +285,62 @@ TEST_CASE("CSF scale reads: golden layers give the plain golden outputs", "[gpu]
     HostLayer compressed = golden;
     compress_scales(compressed, CsfPolicy::always);
     expect_identical(compressed, {1, 3}, {Variant{}});
+  }
+}
+
+TEST_CASE("CSF scale reads, batch and prefill: every format x activation x bias x limit, H and I tails",
+          "[gpu][csf][token_tiles]") {
+  // H and I not multiples of 64 (NVFP4: 13 and 11 slabs, odd, so FC2's last slab pair and FC1's last
+  // two-slab warp are half outside the plane; MXFP4: half chunks).
+  const std::vector<TokenTileVariant> few = {
+      {Family::batch}, {Family::batch, "w4n8d3s2", "w4n8d3s2"}, {Family::batch, "w8n8d3o2m1", "w8n8d3o2m1", true},
+      {Family::prefill, nullptr, nullptr, true}, {Family::prefill, "w4n2d1", "w4n2d1", true}};
+  uint64_t seed = 40;
+  for (LayerSpec spec : small_spec_variants()) {
+    const bool nv = spec.format == ScaleFormat::nvfp4;
+    spec.experts = 8;
+    spec.top_k = 2;
+    spec.hidden = nv ? 208 : 224;
+    spec.intermediate = nv ? 176 : 160;
+    INFO(to_string(spec.format) << " " << to_string(spec.activation) << " bias " << spec.has_bias << " limit "
+                                << spec.limit.has_value());
+    expect_identical_token_tiles(make_realistic_layer(spec, ++seed), {65, 300}, few);
+    expect_identical_token_tiles(with_forced_exceptions(make_realistic_layer(spec, ++seed), seed), {127, 1000}, few);
+  }
+}
+
+TEST_CASE("CSF scale reads, batch and prefill: every tile variant, multi-chunk slabs, several M",
+          "[gpu][csf][token_tiles][variants]") {
+  struct Shape {
+    ScaleFormat format;
+    Activation act;
+    int hidden, intermediate;
+  };
+  // Real gpt-oss geometry (H = 2880: 45 chunks, 180 slabs), odd slab counts with tails (H = 720: 45 slabs,
+  // I = 592: 37 slabs), one FC1 matrix (relu2), MXFP4 half chunks.
+  const Shape shapes[] = {{ScaleFormat::mxfp4, Activation::swigluoai, 2880, 256},
+                          {ScaleFormat::nvfp4, Activation::silu, 720, 592},
+                          {ScaleFormat::nvfp4, Activation::relu2, 720, 592},
+                          {ScaleFormat::mxfp4, Activation::gelu_tanh, 352, 480}};
+  uint64_t seed = 131;
+  for (const Shape& sh : shapes) {
+    const LayerSpec spec = mid_spec(sh.format, sh.act, sh.hidden, sh.intermediate);
+    INFO(fmt::format("{} {} H={} I={}", to_string(sh.format), to_string(sh.act), sh.hidden, sh.intermediate));
+    const std::vector<TokenTileVariant> all(std::begin(kTokenTileVariants), std::end(kTokenTileVariants));
+    expect_identical_token_tiles(make_realistic_layer(spec, ++seed), {65, 127, 300, 1000}, all);
+    expect_identical_token_tiles(with_forced_exceptions(make_realistic_layer(spec, ++seed), seed), {65, 127, 300, 1000},
+                                 all);
+  }
+}
+
+TEST_CASE("CSF scale reads, batch and prefill: golden layers give the plain outputs", "[gpu][csf][golden][token_tiles]") {
+  const std::vector<TokenTileVariant> v = {{Family::batch},
+                                           {Family::batch, "w4n1d3", "w4n1d3"},
+                                           {Family::batch, "w8n8d3o2m1", "w8n8d3o2m1", true},
+                                           {Family::prefill, nullptr, nullptr, true}};
+  for (const char* name : kGoldenLayers) {
+    INFO(name);
+    HostLayer golden = read_layer_file(golden_dir() + "/" + name + "/layer.safetensors");
+    expect_identical_token_tiles(golden, {65, 300}, v);
   }
 }

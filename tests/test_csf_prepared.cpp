@@ -5,6 +5,7 @@
 // the kernel keys that read CSF must name it, generate it and compile.
 #include "catch_compat.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -266,6 +267,34 @@ TEST_CASE("keys: csf_scales is the tile suffix z, kept per kind, and reaches the
       default: CHECK(k.csf_scales == 0);
     }
   }
+  // The batch and prefill kernels keep their plane's bit too; a8/a4 keys none.
+  for (Family family : {Family::batch, Family::prefill}) {
+    const Plan big = with_csf_scales(make_plan(spec, Arch::sm_90a, 4096, 132, family), 3);
+    for (const KernelKey& k : big.kernels) {
+      INFO(k.str());
+      CHECK(KernelKey::parse(k.str()) == k);
+      const std::string src = generate_source(k).source;
+      switch (k.kind) {
+        case KernelKind::batch_fc1:
+        case KernelKind::prefill_fc1:
+          CHECK(k.csf_scales == 1);
+          CHECK_THAT(k.str(), Contains("z1:"));
+          CHECK_THAT(src, Contains("#define MOEJIT_CSF_FC1 1"));
+          break;
+        case KernelKind::batch_fc2:
+        case KernelKind::prefill_fc2:
+          CHECK(k.csf_scales == 2);
+          CHECK_THAT(k.str(), Contains("z2:"));
+          CHECK_THAT(src, Contains("#define MOEJIT_CSF_FC2 1"));
+          break;
+        default: CHECK(k.csf_scales == 0);
+      }
+    }
+  }
+  LayerSpec a8 = spec;
+  a8.precision = ActPrecision::a8;
+  for (const KernelKey& k : with_csf_scales(make_plan(a8, Arch::sm_90a, 256, 132, Family::batch), 3).kernels)
+    CHECK(k.csf_scales == 0);
   KernelKey fused = plain.kernels.back();
   fused.kind = KernelKind::decode_fused;
   fused.csf_scales = 3;
@@ -299,4 +328,45 @@ TEST_CASE("CSF decode kernels of every decode kind compile for sm_90a and sm_120
       }
     }
   }
+}
+
+TEST_CASE("CSF batch and prefill kernels compile for sm_90a (and batch for sm_120a)", "[csf][compile]") {
+  // Every batch and prefill key the planner uses from M = 33 to 16384 for an MXFP4 gated model with bias
+  // and limit, an NVFP4 gated one and an NVFP4 relu2 one (one FC1 matrix), with CSF reads: the
+  // register-fed kernels in one and two slabs per warp, the warpgroup-MMA kernels, the prefill kernels
+  // (FC2 over one and two slabs per warp), and tails: H and I not multiples of 64, an odd slab count.
+  std::vector<LayerSpec> specs;
+  for (const char* name : {"gpt-oss-120b", "deepseek-v3", "nemotron-3-nano-30b-a3b"}) specs.push_back(load_model_config(name).local());
+  LayerSpec tail = specs[1];
+  tail.experts = 16;
+  tail.top_k = 4;
+  tail.hidden = 16 * 45;  // 720: 45 slabs of FC2, a half-full last chunk of FC1's K
+  tail.intermediate = 16 * 37;  // 592: 37 slabs of FC1, a quarter-full last chunk of FC2's K
+  specs.push_back(tail);
+  int compiled = 0;
+  for (const LayerSpec& spec : specs)
+    for (Arch arch : {Arch::sm_90a, Arch::sm_120a}) {
+      std::vector<KernelKey> keys;
+      for (int m : {33, 200, 1024, 4096, 16384})
+        for (Family family : {Family::batch, Family::prefill}) {
+          if (family == Family::prefill && arch != Arch::sm_90a) continue;
+          for (const KernelKey& k : with_csf_scales(make_plan(spec, arch, m, 132, family), 3).kernels)
+            if (k.csf_scales != 0 && std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+        }
+      // FC2 over one slab per warp in prefill (the planner takes two where they fit).
+      if (arch == Arch::sm_90a) {
+        KernelKey one = with_csf_scales(make_plan(spec, arch, 4096, 132, Family::prefill), 3).kernels.back();
+        one.slabs = 1;
+        keys.push_back(one.normalized());
+      }
+      for (const KernelKey& key : keys) {
+        INFO("key " << key.str());
+        CompileOutput out;
+        REQUIRE_NOTHROW(out = compile_source(generate_source(key), arch));
+        CHECK(out.binary.size() > 0);
+        CHECK(out.registers > 0);
+        ++compiled;
+      }
+    }
+  CHECK(compiled > 30);
 }

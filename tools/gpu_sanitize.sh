@@ -2,8 +2,9 @@
 # compute-sanitizer over every kernel family at a small and a real shape (GPU machine only):
 # memcheck (with leak checking), racecheck, synccheck and initcheck, each over
 # build/tests/gpu_sanitize_cases --family F --shape S for F in decode, cooperative, batch, wgmma, prefill, csf,
-# csf-stream (the decode kernels reading CSF scales), wgmma-a8, wgmma-a4, prefill-a8, prefill-a4 (the
-# warpgroup-MMA kernels in the quantized activation precisions) and
+# csf-stream (the decode kernels reading CSF scales), csf-batch, csf-prefill (the batch and prefill kernels
+# reading CSF scales), wgmma-a8, wgmma-a4, prefill-a8, prefill-a4 (the warpgroup-MMA kernels in the
+# quantized activation precisions) and
 # S in small (3 experts, H 96, I 160) and real (gpt-oss-120b). Every case also runs the weight-repack and
 # (where planned) route kernels. Prints one line per (tool, family, shape) and a summary; full reports go
 # to $LOG_DIR (default build/gpu-sanitize/). Exits 1 when any run reports an error.
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 LOG_DIR=${LOG_DIR:-$BUILD_DIR/gpu-sanitize}
 TOOLS="memcheck racecheck synccheck initcheck"
-FAMILIES="decode cooperative batch wgmma prefill csf csf-stream wgmma-a8 wgmma-a4 prefill-a8 prefill-a4"
+FAMILIES="decode cooperative batch wgmma prefill csf csf-stream csf-batch csf-prefill wgmma-a8 wgmma-a4 prefill-a8 prefill-a4"
 SHAPES="small real"
 while [ $# -gt 0 ]; do
   case "$1" in

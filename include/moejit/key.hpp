@@ -64,10 +64,10 @@ struct KernelKey {
   // Decode kernels route inside each CTA (E <= 1024): no route launch. 0: the route kernel's lists; 1:
   // up to 64 pairs (M*K); 2: up to 128. Key field i<0|1|2>.
   int inline_route = 0;
-  // Decode kernels: which prepared scale planes the kernel reads in the compressed scale format
-  // (docs/CSF.md §8) instead of plain bytes, a bit mask: 1 FC1's plane, 2 FC2's. decode_fc1* keys keep
-  // bit 1, decode_fc2* bit 2, decode_fused both; every other kind 0. The prepared layer decides (a CSF
-  // layer's planes), not the planner. Tile suffix z<mask>, last.
+  // Which prepared scale planes the kernel reads in the compressed scale format (docs/CSF.md §8) instead
+  // of plain bytes, a bit mask: 1 FC1's plane, 2 FC2's. a16 FC1 kernels (decode_fc1*, batch_fc1,
+  // prefill_fc1) keep bit 1, a16 FC2 kernels bit 2, decode_fused both; other kinds and a8/a4 keys 0. The
+  // prepared layer decides (a CSF layer's planes), not the planner. Tile suffix z<mask>, last.
   int csf_scales = 0;
 
   // Canonical string, e.g. "decode_fc1:sm_90a:mxfp4:swigluoai:a16:E128:H2880:I2880:w4n1d2o0:b1:l1:i0"

@@ -40,7 +40,7 @@ int prefill_from_tokens(const LayerSpec& spec, Arch arch);
 // that cannot serve M.
 Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Family force = Family::automatic,
                const TuningOverrides& tuning = {});
-// The plan's decode kernels read the scale planes of `csf_scales` (PreparedLayer::csf_scales: bit 1 FC1's,
+// The plan's kernels read the scale planes of `csf_scales` (PreparedLayer::csf_scales: bit 1 FC1's,
 // 2 FC2's) in CSF: sets each key's csf_scales, normalized per kind. Pure.
 Plan with_csf_scales(Plan plan, int csf_scales);
 // The same for a key list, without duplicates (keys_for_range's).

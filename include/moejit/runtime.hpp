@@ -82,7 +82,7 @@ struct ForwardArgs {
   Family force = Family::automatic;  // force a family (fails loudly if it cannot serve M)
 };
 
-// How prepare(HostLayer) lays out the scale planes the decode kernels read (docs/CSF.md §8).
+// How prepare(HostLayer) lays out the scale planes the kernels read (docs/CSF.md §6, §8).
 enum class ScaleReads {
   // A plane the HostLayer holds in CSF is read as CSF when its prepared CSF form takes fewer bytes than
   // the plain prepared plane; other planes plainly.
@@ -94,8 +94,8 @@ struct PrepareOptions {
   ScaleReads scales = ScaleReads::automatic;
 };
 
-// Scale bytes of a prepared layer per plane: the plain prepared plane, and its prepared CSF form where
-// the decode kernels read that (0 otherwise).
+// Scale bytes of a prepared layer per plane: the plain prepared plane (its size, also where the layer
+// holds only the CSF form), and its prepared CSF form where the kernels read that (0 otherwise).
 struct PreparedScaleBytes {
   size_t fc1_plain = 0, fc1_csf = 0, fc2_plain = 0, fc2_csf = 0;
 };
@@ -108,8 +108,9 @@ class PreparedLayer {
   virtual ~PreparedLayer() = default;
   virtual const LayerSpec& spec() const = 0;     // the local layer it was prepared from
   virtual size_t device_bytes() const = 0;       // device memory it holds, in bytes
-  // Which scale planes the decode kernels read in CSF (the kernel keys' csf_scales): bit 1 FC1's, 2 FC2's.
-  // The batch family reads the plain prepared planes, which a prepared layer always holds.
+  // Which scale planes the kernels read in CSF (the kernel keys' csf_scales): bit 1 FC1's, 2 FC2's. Every
+  // a16 kernel (decode, batch, prefill) reads such a plane as CSF, and an a16 layer holds only that form
+  // of it; the a8/a4 kernels read plain planes, which a8/a4 layers keep beside the CSF ones.
   virtual int csf_scales() const = 0;
   virtual PreparedScaleBytes scale_bytes() const = 0;
 };
@@ -131,8 +132,9 @@ class Runtime {
   // overload repacks from `stream` (the view's memory must stay valid until prepare returns). Both
   // synchronize before returning and allocate the prepared layer's device memory.
   std::shared_ptr<PreparedLayer> prepare(const HostLayer& layer);
-  // As above; options.scales decides which planes the decode kernels read as CSF (built on the host from
-  // the layer's scales, CSF or plain, and uploaded beside the plain prepared planes).
+  // As above; options.scales decides which planes the kernels read as CSF (built on the host from the
+  // layer's scales, CSF or plain). An a16 layer then keeps only the CSF form of such a plane; an a8/a4
+  // layer keeps the plain prepared plane beside it for its kernels (docs/CSF.md §6).
   std::shared_ptr<PreparedLayer> prepare(const HostLayer& layer, const PrepareOptions& options);
   std::shared_ptr<PreparedLayer> prepare(const DeviceLayerView& layer, StreamHandle stream = nullptr);
 

@@ -43,12 +43,14 @@ void launch_batch(const ForwardContext& ctx) {
   launch_route(ctx, k[0]);
   BatchFc1Params p1{};
   set_fc1_common(p1, ctx);
+  set_fc1_scales(p1, ctx, fc1_key);
   launch(ctx.modules.function(fc1_key, ctx.stream),
          LaunchShape{batch_grid(ctx, fc1_key, spec.intermediate), 1, 1, static_cast<unsigned>(fc1_key.warps * 32),
                      static_cast<unsigned>(kernel_dynamic_smem(fc1_key))},
          ctx.stream, &p1, /*programmatic_dependent=*/true);
   BatchFc2Params p2{};
   set_fc2_common(p2, ctx);
+  set_fc2_scales(p2, ctx, fc2_key);
   launch(ctx.modules.function(fc2_key, ctx.stream),
          LaunchShape{batch_grid(ctx, fc2_key, spec.hidden), 1, 1, static_cast<unsigned>(fc2_key.warps * 32),
                      static_cast<unsigned>(kernel_dynamic_smem(fc2_key))},

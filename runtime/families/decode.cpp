@@ -19,20 +19,10 @@ namespace moejit::detail {
 
 namespace {
 
-// A key reading CSF scales gets the prepared CSF plane (offsets in s, and its side arrays); the layer
-// holds one for every plane its csf_scales names, which is where the plan's csf_scales come from.
-void set_csf_scales(const PreparedLayerImpl::CsfBuffers& b, bool held, const KernelKey& key, DevicePtr& s,
-                    DevicePtr& s_base, DevicePtr& s_exc) {
-  if (!held) throw Error(fmt::format("decode: kernel {} reads CSF scales, but the layer holds none for its plane", key.str()));
-  s = b.offsets.ptr();
-  s_base = b.base.ptr();
-  s_exc = b.exc.ptr();
-}
-
 DecodeFc1Params fc1_params(const ForwardContext& ctx, const KernelKey& key) {
   DecodeFc1Params p{};
   set_fc1_common(p, ctx);
-  if (key.csf_scales & 1) set_csf_scales(ctx.layer.fc1_csf_s, ctx.layer.fc1_csf, key, p.s, p.s_base, p.s_exc);
+  set_fc1_scales(p, ctx, key);
   p.counters = ctx.args.workspace + ctx.ws.counters;  // zeroed by FC1 where routing is inline
   p.num_counters = ctx.layer.spec().hidden / 16;
   return p;
@@ -41,7 +31,7 @@ DecodeFc1Params fc1_params(const ForwardContext& ctx, const KernelKey& key) {
 DecodeFc2Params fc2_params(const ForwardContext& ctx, const KernelKey& key) {
   DecodeFc2Params p{};
   set_fc2_common(p, ctx);
-  if (key.csf_scales & 2) set_csf_scales(ctx.layer.fc2_csf_s, ctx.layer.fc2_csf, key, p.s, p.s_base, p.s_exc);
+  set_fc2_scales(p, ctx, key);
   p.counters = ctx.args.workspace + ctx.ws.counters;
   return p;
 }

@@ -71,6 +71,20 @@ void set_fc2_common(Params& p, const ForwardContext& ctx) {
   p.route = routing_args(ctx);
 }
 
+// The scale plane `plane` (1 FC1's, 2 FC2's) as `key` reads it: the plain prepared plane in s, or, where
+// key.csf_scales has the plane's bit, the prepared CSF plane (offsets in s, base bytes and exception lists
+// in s_base and s_exc). Throws moejit::Error where the layer holds no such plane.
+void select_scale_plane(const ForwardContext& ctx, const KernelKey& key, int plane, DevicePtr& s, DevicePtr& s_base,
+                        DevicePtr& s_exc);
+template <class Params>
+void set_fc1_scales(Params& p, const ForwardContext& ctx, const KernelKey& key) {
+  select_scale_plane(ctx, key, 1, p.s, p.s_base, p.s_exc);
+}
+template <class Params>
+void set_fc2_scales(Params& p, const ForwardContext& ctx, const KernelKey& key) {
+  select_scale_plane(ctx, key, 2, p.s, p.s_base, p.s_exc);
+}
+
 // An upper bound on the token tiles of `tile` pairs the routing of ctx's tokens can produce, from M alone
 // (no host sync): each of at most min(pairs, E) active experts rounds its pairs up to a whole tile, so at
 // most (pairs + slots * (tile - 1)) / tile.

@@ -45,6 +45,7 @@ void launch_prefill(const ForwardContext& ctx) {
   const long long tiles = token_tile_bound(ctx, 8LL * fc1_key.ntiles);
   PrefillFc1Params p1{};
   set_fc1_common(p1, ctx);
+  set_fc1_scales(p1, ctx, fc1_key);
   p1.xb = ctx.args.workspace + ctx.ws.partial;
   p1.tiles = ctx.args.workspace + ctx.ws.tiles;
   p1.row_pair = ctx.args.workspace + ctx.ws.row_pair;
@@ -58,6 +59,7 @@ void launch_prefill(const ForwardContext& ctx) {
          ctx.stream, &p1, /*programmatic_dependent=*/true);
   PrefillFc2Params p2{};
   set_fc2_common(p2, ctx);
+  set_fc2_scales(p2, ctx, fc2_key);
   p2.tiles = p1.tiles;
   p2.row_pair = p1.row_pair;
   launch(ctx.modules.function(fc2_key, ctx.stream),
