@@ -8,6 +8,7 @@
 #include <set>
 
 #include "generator/families/decode.hpp"
+#include "generator/families/act_quant.hpp"
 #include "generator/families/family.hpp"
 #include "moejit/error.hpp"
 
@@ -43,7 +44,12 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   const detail::KernelFamily& f = detail::planned_family(family);
   if (tokens > f.max_tokens)
     throw Error(fmt::format("the {} family serves at most {} tokens, asked for {}", f.name, f.max_tokens, tokens));
-  return f.plan(detail::PlanRequest{spec, arch, tokens, sm_count > 0 ? sm_count : 132, tuning});
+  Plan plan = f.plan(detail::PlanRequest{spec, arch, tokens, sm_count > 0 ? sm_count : 132, tuning});
+  // a8/a4: the decode and batch families read the input quantized once per pair by the act_quant pre-pass
+  // (templates/moe_act_quant.cuh), launched first; the prefill family's gather quantizes as it gathers.
+  if (spec.precision != ActPrecision::a16 && plan.family != Family::prefill && !plan.kernels.empty())
+    plan.kernels.insert(plan.kernels.begin(), detail::act_quant_key(spec, arch));
+  return plan;
 }
 
 std::vector<KernelKey> keys_for_range(const LayerSpec& spec, Arch arch, int max_tokens, int sm_count, Family force,

@@ -196,6 +196,14 @@ MOEJIT_DEVICE float act_fc2_gs(const float* gscale, int e) { return kActPrecisio
 // The fp32 multiplier that a4 folds into an FC's output: 1/gs of its activation operand (1 otherwise).
 MOEJIT_DEVICE float act_unscale(float gs) { return kActPrecision == kActA4 ? 1.f / gs : 1.f; }
 
+// FC1's operand row of routed pair q: a16 reads the token's row of the layer input x; a8/a4 read the pair's
+// row that the act_quant pre-pass wrote (moe_act_quant.cuh: x quantized once per pair, the operand values
+// without a4's 1/gs, which FC1 folds into its output multiplier), so FC1's loop is a16's.
+template <int kH>
+MOEJIT_DEVICE const u16* fc1_x_row(const u16* x, int q, int top_k) {
+  return x + (size_t)(kActPrecision == kActA16 ? q / top_k : q) * kH;
+}
+
 // Elements per scale block along K.
 template <int kPrec>
 inline constexpr int kActBlock = kPrec == kActA8 ? 32 : kPrec == kActA4 ? 16 : 1;

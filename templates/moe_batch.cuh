@@ -102,10 +102,8 @@ struct BatchStage {
 // when slab j exists (the last row group may be partial); a warp without any copies only its share of the
 // activation tile and meets every barrier.
 //
-// The key's precision a8/a4 (kActPrecision) with kRawB: once a chunk's tile has landed, the CTA quantizes
-// it in place (act_quant.cuh; the operand values in the layer input's units, a4's without 1/gs) and meets
-// a second barrier before the MMAs: each thread takes 4-value pieces, and the pieces of 4 (a4) or 8 (a8)
-// consecutive threads are one row's scale block. x_gs: a4's global scale of x.
+// The key's precision a8/a4 (kActPrecision) with kRawB: the rows are the pairs' rows of the quantized
+// layer input (the act_quant pre-pass, moe_act_quant.cuh), read as the a16 kernels read x.
 //
 // kCsf: s is the warp's first slab's CSF offsets (csf_scales.cuh), copied into the stages in place of the
 // scale bytes; the warp rebuilds its scale bytes per chunk from them, the base bytes and lists of csf_arrays
@@ -113,8 +111,7 @@ struct BatchStage {
 template <bool kNvfp4, int kK, int kMats, int kSlabs, int kWarps, int kNT, int kStages, bool kRawB, typename RowOf,
           bool kCsf = false>
 MOEJIT_DEVICE void batch_slab_mma(const u32x4* w, const u8* s, u32 valid, int live_tiles, RowOf row_of, u8* smem,
-                                  float (&acc)[kNT][kSlabs * kMats][4], float x_gs = 1.f,
-                                  const CsfPlaneArrays& csf_arrays = CsfPlaneArrays{}, int e = 0, int slab = 0,
+                                  float (&acc)[kNT][kSlabs * kMats][4], const CsfPlaneArrays& csf_arrays = CsfPlaneArrays{}, int e = 0, int slab = 0,
                                   int plane_slabs = 0) {
   using SG = ScaleGeometry<kNvfp4>;
   using Stage = BatchStage<kNvfp4, kMats, kWarps, kNT, kSlabs>;
@@ -180,17 +177,6 @@ MOEJIT_DEVICE void batch_slab_mma(const u32x4* w, const u8* s, u32 valid, int li
     const int next = chunk + kStages - 1;
     if (next < kChunks) issue(next % kStages, next);
     cp_async_commit();
-    if constexpr (kRawB && kActPrecision != kActA16) {
-      u16* tile = reinterpret_cast<u16*>(smem + stage * Stage::kBytes);
-      static_assert(Stage::kTile * 16 % 32 == 0, "whole warps of pieces");
-      for (int piece = threadIdx.x; piece < Stage::kTile * 16; piece += kThreads) {  // warp-uniform bound
-        u32x2* at = reinterpret_cast<u32x2*>(tile + (piece >> 4) * kBatchRowStride + ((piece >> 2) & 3) * 16 + 4 * (piece & 3));
-        u32x2 v[1] = {*at};
-        quantize_pieces<kActPrecision, 0, kActPrecision == kActA8 ? 0x7 : 0x3>(v, x_gs);
-        *at = v[0];
-      }
-      __syncthreads();  // the quantized tile is visible to every warp
-    }
     if (valid) {
       const u8* at = smem + stage * Stage::kBytes;
       const u16* tile = reinterpret_cast<const u16*>(at);
@@ -262,13 +248,11 @@ __device__ void moe_batch_fc1(const BatchFc1Params& p) {
   const int in_tile = min(kTile, t.count - t.first);
   const int live = (in_tile + 7) / 8;
   auto row_of = [&](int r) {
-    const int q = t.pairs[t.first + min(r, in_tile - 1)];
-    return p.x + (size_t)(q / p.route.top_k) * kH;
+    return fc1_x_row<kH>(p.x, t.pairs[t.first + min(r, in_tile - 1)], p.route.top_k);
   };
   float acc[kNT][kPerWarp * kMats][4];
   batch_slab_mma<kNvfp4, kH, kMats, kPerWarp, kWarps, kNT, kStages, true, decltype(row_of), kCsfFc1>(
-      ops.w, ops.s, valid, live, row_of, batch_ring, acc, act_fc1_x_gs<kMats>(p.gscale, t.expert), csf, t.expert, slab,
-      kSlabs);
+      ops.w, ops.s, valid, live, row_of, batch_ring, acc, csf, t.expert, slab, kSlabs);
   const ExpertWork work{0, t.expert, t.count, t.pairs};
   const int g = global_scale_index<kMats>(t.expert);
   const float unscale = act_unscale(act_fc1_x_gs<kMats>(p.gscale, t.expert));  // a4: x's 1/a1_gs
@@ -334,7 +318,7 @@ __device__ void moe_batch_fc2(const BatchFc2Params& p) {
   auto row_of = [&](int r) { return p.act + (size_t)t.pairs[t.first + min(r, in_tile - 1)] * kI; };
   float acc[kNT][kPerWarp][4];
   batch_slab_mma<kNvfp4, kI, 1, kPerWarp, kWarps, kNT, kStages, false, decltype(row_of), kCsfFc2>(
-      ops.w, ops.s, valid, live, row_of, batch_ring, acc, 1.f, csf, t.expert, slab, kSlabs);
+      ops.w, ops.s, valid, live, row_of, batch_ring, acc, csf, t.expert, slab, kSlabs);
   const int e = t.expert;
   float gs = batch_output_scale<kNvfp4, kNT, false>(p.gscale, e);
   if (kActPrecision == kActA4) gs *= act_unscale(act_fc2_gs(p.gscale, e));  // a4: the intermediate's 1/a2_gs

@@ -44,14 +44,13 @@ struct WgmmaStage {
 // and drops its rows, so every warp runs the same branch-free step (a zero-filled A set for it cost 16
 // register moves per chunk on every warp, v26). kRawB: B is the layer input in true K order (staged
 // through registers into MMA column order), else rows already in MMA column order (16-byte cp.async pieces).
-// The key's precision a8/a4 (kActPrecision) with kRawB: each k16 block of the layer input is quantized in
-// registers before it is stored (x_gs: a4's global scale of x), as the reference quantizes x.
+// The key's precision a8/a4 (kActPrecision) with kRawB: rows are the pairs' rows of the quantized layer
+// input (the act_quant pre-pass, moe_act_quant.cuh), staged as the a16 kernels stage x.
 // kCsf: s is the slab's CSF offsets (csf_scales.cuh), copied into the stage in place of its scale bytes,
 // and csf_arrays, e, slab, slabs say which base bytes and list the warp reads (slab_operands' slab).
 template <bool kNvfp4, int kK, int kMats, int kWarps, int kNT, int kStages, bool kRawB, bool kCsf = false>
 MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const* rows, u8* smem,
-                                  float (&acc)[kMats][kNT * 4], float x_gs = 1.f,
-                                  const CsfPlaneArrays& csf_arrays = CsfPlaneArrays{}, int e = 0, int slab = 0,
+                                  float (&acc)[kMats][kNT * 4], const CsfPlaneArrays& csf_arrays = CsfPlaneArrays{}, int e = 0, int slab = 0,
                                   int slabs = 0) {
   using SG = ScaleGeometry<kNvfp4>;
   using Stage = WgmmaStage<kNvfp4, kMats, kWarps, kNT>;
@@ -97,8 +96,7 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const*
     for (int i = 0; i < kBlocksPerThread; ++i) {
       const int bi = threadIdx.x + i * kThreads, row = bi >> 2, b = bi & 3;
       if (kBlocks % kThreads == 0 || bi < kBlocks) {
-        u32x4 lo = staged[i][0], hi = staged[i][1];
-        if constexpr (kRawB && kActPrecision != kActA16) quantize_k16_block<kActPrecision == kActA8 ? 0x1 : 0x0>(lo, hi, x_gs);
+        const u32x4 lo = staged[i][0], hi = staged[i][1];
         *reinterpret_cast<u32x4*>(base + sw128_offset(row, 2 * b)) = u32x4{lo.x, lo.z, hi.x, hi.z};
         *reinterpret_cast<u32x4*>(base + sw128_offset(row, 2 * b + 1)) = u32x4{lo.y, lo.w, hi.y, hi.w};
       }
@@ -220,12 +218,12 @@ __device__ void moe_batch_wgmma_fc1(const BatchFc1Params& p) {
   const int in_tile = min(kTile, t.count - t.first);
   __shared__ const u16* rows[kTile];
   for (int r = threadIdx.x; r < kTile; r += kWarps * 32)
-    rows[r] = p.x + (size_t)(t.pairs[t.first + min(r, in_tile - 1)] / p.route.top_k) * kH;
+    rows[r] = fc1_x_row<kH>(p.x, t.pairs[t.first + min(r, in_tile - 1)], p.route.top_k);
   __syncthreads();
   float acc[kMats][kNT * 4];
   const float x_gs = act_fc1_x_gs<kMats>(p.gscale, t.expert);  // a4's global scale of x (1 otherwise)
-  wgmma_slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kStages, true, kCsfFc1>(ops.w, ops.s, rows, batch_ring, acc, x_gs,
-                                                                         csf, t.expert, valid ? slab : 0, kSlabs);
+  wgmma_slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kStages, true, kCsfFc1>(ops.w, ops.s, rows, batch_ring, acc, csf,
+                                                                         t.expert, valid ? slab : 0, kSlabs);
   // a8's scale blocks of the intermediate span a warp pair (slab_pair_max.cuh), so a warp past the matrix
   // stays for its partner's exchange.
   if (kActPrecision != kActA8 && !valid) return;
@@ -280,7 +278,7 @@ __device__ void moe_batch_wgmma_fc2(const BatchFc2Params& p) {
   for (int r = threadIdx.x; r < kTile; r += kWarps * 32) rows[r] = p.act + (size_t)t.pairs[t.first + min(r, in_tile - 1)] * kI;
   __syncthreads();
   float acc[1][kNT * 4];
-  wgmma_slab_mma<kNvfp4, kI, 1, kWarps, kNT, kStages, false, kCsfFc2>(ops.w, ops.s, rows, batch_ring, acc, 1.f,
+  wgmma_slab_mma<kNvfp4, kI, 1, kWarps, kNT, kStages, false, kCsfFc2>(ops.w, ops.s, rows, batch_ring, acc,
                                                                       csf, t.expert,
                                                                       valid ? slab : 0, kSlabs);
   if (!valid) return;

@@ -20,8 +20,9 @@ __device__ void moe_decode_fc1_work(const DecodeFc1Params& p, const ExpertWork& 
   __shared__ u32x2 x_stage[kXStaged ? kWarps * kStageArea : 1];
   const int warp = threadIdx.x >> 5;
   if constexpr (kActPrecision != kActA16) {
-    // a8 / a4: x is quantized where slab_mma reads it, the intermediate in the epilogue, one scale block
-    // of rows at a time. a8's blocks are 32 rows: the CTA of the even slab computes both slabs of its block
+    // a8 / a4: x rows are the pairs' rows the act_quant pre-pass quantized (so slab_mma waits for it after
+    // its first weight loads), the intermediate is quantized in the epilogue, one scale block of rows at a
+    // time. a8's blocks are 32 rows: the CTA of the even slab computes both slabs of its block
     // (the odd slab's CTA has nothing to do), so the block's maximum is in one warp's registers.
     constexpr int kSub = kActPrecision == kActA8 ? 2 : 1;  // 16-row slabs per scale block (a16: unused)
     if (slab % kSub != 0) return;
@@ -31,19 +32,19 @@ __device__ void moe_decode_fc1_work(const DecodeFc1Params& p, const ExpertWork& 
     for (int j = 0; j < kSub; ++j)
       ops[j] = slab_operands<kNvfp4, kChunks, kMats, kSlabs>(p.w, p.s, p.gscale, work.expert,
                                                              (sub_valid >> j) & 1u ? slab + j : slab);
-    const float x_gs = act_fc1_x_gs<kMats>(p.gscale, work.expert);
     const float out_gs = act_fc1_out_gs<kMats>(p.gscale, work.expert);
-    const float unscale = act_unscale(x_gs);  // a4: x's 1/a1_gs
+    const float unscale = act_unscale(act_fc1_x_gs<kMats>(p.gscale, work.expert));  // a4: x's 1/a1_gs
     for (int pass = 0; pass < work.count; pass += kCols * kNT) {
       const u16* rows[kNT];
       const int live = pass_rows<kNT, kCols>(
-          pass, work.count, [&](int t) { return p.x + (size_t)(work.pairs[t] / p.route.top_k) * kH; }, rows);
+          pass, work.count, [&](int t) { return fc1_x_row<kH>(p.x, work.pairs[t], p.route.top_k); }, rows);
       float acc[kSub][kNT][kMats][4];
 #pragma unroll
       for (int j = 0; j < kSub; ++j) {
         if (!((sub_valid >> j) & 1u)) continue;
         slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kCols, kDepth, true, kPrefetchX>(
-            ops[j].w, ops[j].s, rows, live, acc[j], false, warp, x_stage + (kXStaged ? warp * kStageArea : 0), x_gs);
+            ops[j].w, ops[j].s, rows, live, acc[j], /*wait_primary_after_prefetch=*/true, warp,
+            x_stage + (kXStaged ? warp * kStageArea : 0));
         reduce_over_warps<kMats, kWarps, kNT>(acc[j], red);
         __syncthreads();  // red and the staged x are reused by the next slab
       }
@@ -63,7 +64,7 @@ __device__ void moe_decode_fc1_work(const DecodeFc1Params& p, const ExpertWork& 
         pass, work.count, [&](int t) { return p.x + (size_t)(work.pairs[t] / p.route.top_k) * kH; }, rows);
     float acc[kNT][kMats][4];
     slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kCols, kDepth, true, kPrefetchX, false, kCsfFc1>(
-        ops.w, ops.s, rows, live, acc, false, warp, x_stage + (kXStaged ? warp * kStageArea : 0), 1.f, ops.csf);
+        ops.w, ops.s, rows, live, acc, false, warp, x_stage + (kXStaged ? warp * kStageArea : 0), ops.csf);
     reduce_over_warps<kMats, kWarps, kNT>(acc, red);
     if (warp == 0) fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, kCols>(p, work, slab, pass, live, acc, ops.gs,
                                                                                       ops.gs_up);

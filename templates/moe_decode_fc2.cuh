@@ -39,7 +39,7 @@ __device__ void moe_decode_fc2_item(const DecodeFc2Params& p, int slab, int slot
       float acc[kNT][1][4];
       // The first pass waits for FC1 after issuing its first weight loads.
       slab_mma<kNvfp4, kI, 1, kWarps, kNT, kCols, kDepth, false, kPrefetchX, false, kCsfFc2>(
-          ops.w, ops.s, rows, live, acc, !waited, warp, nullptr, 1.f, ops.csf);
+          ops.w, ops.s, rows, live, acc, !waited, warp, nullptr, ops.csf);
       waited = true;
       reduce_over_warps<1, kWarps, kNT>(acc, red);
       if (warp == 0)

@@ -60,7 +60,7 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
       float acc[kNT][kSlabsPerCta][4];
       // The warp's first unit waits for FC1 after issuing its first weight loads.
       slab_mma<kNvfp4, kI, kSlabsPerCta, kParts, kNT, kCols, kDepth, false, kPrefetchX, kSlabsPerCta == 2, kCsfFc2>(
-          ops.w, ops.s, rows, live, acc, !waited, part, nullptr, 1.f, ops.csf);
+          ops.w, ops.s, rows, live, acc, !waited, part, nullptr, ops.csf);
 #ifdef MOEJIT_TRACE
       if (!waited) MOEJIT_TRACE_WARP(1, trace_now());
       MOEJIT_TRACE_WARP(2, trace_now());

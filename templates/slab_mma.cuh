@@ -113,32 +113,10 @@ MOEJIT_DEVICE void zero_accumulators(float (&v)[kA][kB][4]) {
 // x_piece(nt, st) the lane's 8-byte activation piece of n-tile nt for k16 step st (multiplied by 2^64
 // here when kScaleB). Each scale block's MMA result is scaled by its block scale in fp32 (every lane of
 // a step shares the scale block) and added to acc, so weights go to the tensor cores as placed bits.
-// kQuant (a8, a4; kScaleB only): the pieces are the layer input, quantized here (act_quant.cuh) before the
-// multiply: a lane quad holds a step's 16 K values, so an NVFP4 block is one step of the quad and an MXFP8
-// block two; every piece of the chunk is loaded first. x_gs: a4's global scale of x.
-template <bool kNvfp4, int kMats, int kNT, int kCols, bool kScaleB, typename XPiece, int kQuant = kActA16>
+template <bool kNvfp4, int kMats, int kNT, int kCols, bool kScaleB, typename XPiece>
 MOEJIT_DEVICE void chunk_mma(const u32x4 (&wc)[kMats], const u32x2 (&sc)[kMats], int live_tiles,
-                             float (&acc)[kNT][kMats][4], XPiece x_piece, float x_gs = 1.f) {
+                             float (&acc)[kNT][kMats][4], XPiece x_piece) {
   constexpr int kStepsPerBlock = kNvfp4 ? 1 : 2;  // MXFP4 blocks span two k16 steps
-  constexpr bool kQuantX = kScaleB && kQuant != kActA16;
-  u32x2 xqz[kQuantX ? kNT : 1][4];
-  if constexpr (kQuantX) {
-    constexpr int kQSteps = kActBlock<kQuant> / 16;  // k16 steps per activation block: 1 (a4) or 2 (a8)
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-      for (int st = 0; st < 4; ++st) xqz[nt][st] = x_piece(nt, st);
-#pragma unroll
-      for (int b = 0; b < 4; b += kQSteps) {
-        u32x2 blk[kQSteps];
-#pragma unroll
-        for (int j = 0; j < kQSteps; ++j) blk[j] = xqz[nt][b + j];
-        quantize_pieces<kQuant, 64, 0x3>(blk, x_gs);
-#pragma unroll
-        for (int j = 0; j < kQSteps; ++j) xqz[nt][b + j] = blk[j];
-      }
-    }
-  }
 #pragma unroll
   for (int st0 = 0; st0 < 4; st0 += kStepsPerBlock) {
     float d[kMats][kNT][4];
@@ -148,12 +126,8 @@ MOEJIT_DEVICE void chunk_mma(const u32x4 (&wc)[kMats], const u32x2 (&sc)[kMats],
       u32x2 xv[kNT];
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
-        if constexpr (kQuantX) {
-          xv[nt] = xqz[nt][st];  // already the operand times 2^64
-        } else {
-          const u32x2 v = x_piece(nt, st);
-          xv[nt] = kScaleB ? u32x2{bf16x2_mul(v.x, kActScaleBf16x2), bf16x2_mul(v.y, kActScaleBf16x2)} : v;
-        }
+        const u32x2 v = x_piece(nt, st);
+        xv[nt] = kScaleB ? u32x2{bf16x2_mul(v.x, kActScaleBf16x2), bf16x2_mul(v.y, kActScaleBf16x2)} : v;
       }
 #pragma unroll
       for (int m = 0; m < kMats; ++m) {
@@ -189,8 +163,8 @@ MOEJIT_DEVICE void chunk_mma(const u32x4 (&wc)[kMats], const u32x2 (&sc)[kMats],
 // kPrefetchX: see the activation ring below. part: which of the kParts K parts this warp computes.
 // x_stage (kXStaged FC1 only): this warp's shared-memory area of kStageZeros + its part's chunks x 16
 // pieces; every column of the pass that holds a pair must hold the same token (decode at one token).
-// The key's precision a8/a4 (kActPrecision): the layer input (kScaleB) is quantized where it is read,
-// once per piece when staged, else per chunk in chunk_mma; x_gs is a4's global scale of x.
+// The key's precision a8/a4 (kActPrecision): b_rows are the pairs' rows of the quantized layer input
+// (the act_quant pre-pass, moe_act_quant.cuh), read as the a16 kernels read x.
 //
 // kSlabPair: the kMats = 2 "matrices" are two adjacent 16-row slabs of a one-matrix plane (FC2-sum over
 // 32-row CTAs; w and s point at the first slab), both multiplied by the same activation pieces, as FC1's
@@ -209,8 +183,7 @@ template <bool kNvfp4, int kK, int kMats, int kParts, int kNT, int kCols, int kD
           bool kSlabPair = false, bool kCsf = false>
 MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_rows)[kNT], int live_tiles,
                             float (&acc)[kNT][kMats][4], bool wait_primary_after_prefetch, int part,
-                            u32x2* x_stage = nullptr, float x_gs = 1.f, const CsfSlab& csf = CsfSlab{}) {
-  constexpr int kQuant = kScaleB ? kActPrecision : kActA16;
+                            u32x2* x_stage = nullptr, const CsfSlab& csf = CsfSlab{}) {
   using SG = ScaleGeometry<kNvfp4>;
   using CG = CsfGeometry<kNvfp4>;
   constexpr int kSBytes = kCsf ? CG::kBytesPerChunk : SG::kBytesPerChunk;  // scale bytes per (chunk, matrix)
@@ -308,22 +281,10 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
         __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(b_rows[0]), 0));  // column 0 holds a pair
     if (b_rows[0] != nullptr && b_rows[0] != row) __trap();  // more than one token: a planner bug
     x_stage[lane] = u32x2{0u, 0u};
-    if constexpr (kQuant == kActA16) {
-      for (int i = lane; i < my_chunks * 16; i += 32) {
-        const int k = (part + (i >> 4) * kParts) * 64 + ((i >> 2) & 3) * 16 + 4 * (i & 3);
-        const u32x2 v = kK % 64 == 0 || k < kK ? ld_nc_8(row + k) : u32x2{0u, 0u};
-        x_stage[kStageZeros + i] = u32x2{bf16x2_mul(v.x, kActScaleBf16x2), bf16x2_mul(v.y, kActScaleBf16x2)};
-      }
-    } else {
-      // Quantized once here: pieces i of 4 (a4) or 8 (a8) consecutive lanes are one scale block (a chunk's
-      // step, or two), so the loop runs whole warps (my_chunks * 16 is a multiple of 16) for the shuffles.
-      for (int base = 0; base < my_chunks * 16; base += 32) {
-        const int i = base + lane;
-        const int k = (part + (i >> 4) * kParts) * 64 + ((i >> 2) & 3) * 16 + 4 * (i & 3);
-        u32x2 v[1] = {i < my_chunks * 16 && (kK % 64 == 0 || k < kK) ? ld_nc_8(row + k) : u32x2{0u, 0u}};
-        quantize_pieces<kQuant, 64, kQuant == kActA8 ? 0x7 : 0x3>(v, x_gs);
-        if (i < my_chunks * 16) x_stage[kStageZeros + i] = v[0];
-      }
+    for (int i = lane; i < my_chunks * 16; i += 32) {
+      const int k = (part + (i >> 4) * kParts) * 64 + ((i >> 2) & 3) * 16 + 4 * (i & 3);
+      const u32x2 v = kK % 64 == 0 || k < kK ? ld_nc_8(row + k) : u32x2{0u, 0u};
+      x_stage[kStageZeros + i] = u32x2{bf16x2_mul(v.x, kActScaleBf16x2), bf16x2_mul(v.y, kActScaleBf16x2)};
     }
     __syncwarp();
   }
@@ -398,8 +359,7 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
       for (int m = 0; m < kMats; ++m) words[m] = sq[j][m].x;
       csf_reader.scales(words, sc, csf.exc);
     }
-    // Staged pieces are already times 2^64 (and quantized when staged).
-    constexpr int kChunkQuant = kStageX ? kActA16 : kQuant;
+    // Staged pieces are already times 2^64.
     auto x_piece_of = [&](int nt, int st) {
       // Without the ring each step loads its own piece right here (fewer live registers).
       return kPrefetchX ? xq[j % kXRing][nt][st]
@@ -407,8 +367,7 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
              : x_loads(nt) && (kK % 64 == 0 || kx - kXStride + 16 * st < kK) ? ld_x(xp[nt] - kXStride + 16 * st)
                                                                               : u32x2{0u, 0u};
     };
-    chunk_mma<kNvfp4, kMats, kNT, kCols, kScaleB && !kStageX, decltype(x_piece_of), kChunkQuant>(
-        wq[j], sc, live_tiles, acc, x_piece_of, x_gs);
+    chunk_mma<kNvfp4, kMats, kNT, kCols, kScaleB && !kStageX>(wq[j], sc, live_tiles, acc, x_piece_of);
   };
   // Rolled over groups of kRing chunks, unrolled inside a group so that ring slots are compile-time
   // register indices (a full unroll spills at large K). While every load a group issues is one of the

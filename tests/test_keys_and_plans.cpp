@@ -988,15 +988,27 @@ TEST_CASE("a8 and a4: keys, the kernel that refuses them, and plans with a16's f
     s16.precision = ActPrecision::a16;
     // Every plan over the range names the precision in its FC1 and FC2 keys, never the streamed FC1; the
     // batch and prefill families run a16's tiles (warpgroup-MMA ones included), except a8's register-fed
-    // batch FC1, which holds two slabs per warp; the route kernel stays a16.
+    // batch FC1, which holds two slabs per warp; the route kernel stays a16. The decode and batch plans
+    // start with the act_quant pre-pass (the prefill gather quantizes itself).
     CHECK(prefill_from_tokens(s, Arch::sm_90a) == prefill_from_tokens(s16, Arch::sm_90a));
     for (int m = 1; m <= kMaxTokens; m = m < 64 ? m + 1 : m * 2) {
-      const Plan plan = tuned_plan(s, Arch::sm_90a, m, 132);
+      Plan plan = tuned_plan(s, Arch::sm_90a, m, 132);
       const Plan plan16 = tuned_plan(s16, Arch::sm_90a, m, 132);
       CHECK(plan.family == plan16.family);
+      if (plan.family != Family::prefill) {
+        REQUIRE(!plan.kernels.empty());
+        const KernelKey& pre = plan.kernels.front();
+        CHECK(pre.kind == KernelKind::act_quant);
+        CHECK(pre.precision == p);
+        CHECK(pre.hidden == s.hidden);
+        CHECK(pre.intermediate == 0);
+        CHECK(KernelKey::parse(pre.str()) == pre);
+        plan.kernels.erase(plan.kernels.begin());
+      }
       REQUIRE(plan.kernels.size() == plan16.kernels.size());
       for (size_t i = 0; i < plan.kernels.size(); ++i) {
         const KernelKey& k = plan.kernels[i];
+        CHECK(k.kind != KernelKind::act_quant);
         INFO("M=" << m << " " << k.str());
         if (k.kind == KernelKind::route) {
           CHECK(k.precision == ActPrecision::a16);
@@ -1016,6 +1028,10 @@ TEST_CASE("a8 and a4: keys, the kernel that refuses them, and plans with a16's f
         }
       }
     }
+    for (const KernelKey& k : tuned_plan(s16, Arch::sm_90a, 16, 132).kernels) CHECK(k.kind != KernelKind::act_quant);
+    KernelKey pre16 = tuned_plan(s, Arch::sm_90a, 16, 132).kernels.front();
+    pre16.precision = ActPrecision::a16;
+    CHECK_THROWS_WITH(pre16.normalized(), Catch::Contains("a8 and a4 layers only"));
     // Forcing the kernel that computes in a16 only is an error naming the precision, not a fallback.
     KernelKey stream = layer_key_for_test(s);
     stream.kind = KernelKind::decode_fc1_stream;
@@ -1048,7 +1064,7 @@ TEST_CASE("a8 and a4: keys, the kernel that refuses them, and plans with a16's f
     bool found = false;
     for (int warps : {4, 8, 12, 16})
       for (int ntiles = 2; ntiles <= 32 && !found; ntiles += 2)
-        for (int depth = 1; depth <= 7 && !found; ++depth) {
+        for (int depth = 1; depth <= 14 && !found; ++depth) {
           KernelKey pf = layer_key_for_test(gptoss());
           pf.kind = KernelKind::prefill_fc1;
           pf.warps = warps;

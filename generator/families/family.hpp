@@ -75,6 +75,7 @@ extern const KernelFamily kRouteFamily;
 extern const KernelFamily kDecodeFamily;
 extern const KernelFamily kBatchFamily;
 extern const KernelFamily kPrefillFamily;
+extern const KernelFamily kActQuantFamily;
 
 // Shared pieces of the rows (generator/families/common.cpp).
 

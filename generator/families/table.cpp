@@ -7,7 +7,7 @@
 namespace moejit::detail {
 namespace {
 constexpr const KernelFamily* kFamilies[] = {&kPrepareFamily, &kRouteFamily, &kDecodeFamily, &kBatchFamily,
-                                               &kPrefillFamily};
+                                               &kPrefillFamily, &kActQuantFamily};
 }  // namespace
 
 std::span<const KernelFamily* const> kernel_families() { return kFamilies; }

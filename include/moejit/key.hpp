@@ -16,7 +16,7 @@ namespace moejit {
 // combine); the prefill family is prefill_fc1 (whose module holds the gather) + prefill_fc2 (and the
 // combine). generator/families/decode.hpp and batch.hpp describe each kind.
 enum class KernelKind { prepare, route, decode_fc1, decode_fc2, decode_fused, decode_fc2_sum, decode_fc1_loop,
-                        decode_fc1_stream, batch_fc1, batch_fc2, prefill_fc1, prefill_fc2 };
+                        decode_fc1_stream, batch_fc1, batch_fc2, prefill_fc1, prefill_fc2, act_quant };
 std::string_view to_string(KernelKind k);
 KernelKind parse_kernel_kind(std::string_view s);
 

@@ -55,7 +55,10 @@ void launch_two(const ForwardContext& ctx, const KernelKey& fc1_key, const Kerne
     s1 = LaunchShape{std::min(items, wave), 1, 1, static_cast<unsigned>(kernel_threads(fc1_key)),
                      static_cast<unsigned>(kernel_dynamic_smem(fc1_key))};
   }
-  launch(ctx.modules.function(fc1_key, ctx.stream), s1, ctx.stream, &p1);
+  // After the a8/a4 pre-pass FC1 is its programmatic dependent: the weight loads overlap it, and slab_mma
+  // waits for it before reading the rows.
+  launch(ctx.modules.function(fc1_key, ctx.stream), s1, ctx.stream, &p1,
+         /*programmatic_dependent=*/ctx.after_act_quant);
 
   DecodeFc2Params p2 = fc2_params(ctx, fc2_key);
   // decode_fc2_sum: `groups` CTAs per slab serve every expert; decode_fc2: one CTA per (slab, slot).

@@ -26,11 +26,17 @@ struct ForwardContext {
   CUstream stream;
   float alpha, beta, limit;
   int sm_count;
+  // The plan's act_quant pre-pass ran just before: args.x is its rows (one per pair), and FC1 may be its
+  // programmatic dependent (FC1 waits for it before reading them).
+  bool after_act_quant = false;
 };
 
 // The routing arguments of the families that read routed pairs (the route kernel's workspace lists and
 // the raw top-k ids).
 RoutingArgs routing_args(const ForwardContext& ctx);
+// The a8/a4 pre-pass (runtime/families/act_quant.cpp) and where it writes its rows.
+void launch_act_quant(const ForwardContext& ctx, const KernelKey& key);
+DevicePtr act_quant_rows(const ForwardContext& ctx);
 // Routing kernel: counts, offsets and the stable permutation into the workspace.
 void launch_route(const ForwardContext& ctx, const KernelKey& key);
 

@@ -12,12 +12,27 @@ struct FamilyLauncher {
 };
 constexpr FamilyLauncher kLaunchers[] = {
     {Family::decode, launch_decode}, {Family::batch, launch_batch}, {Family::prefill, launch_prefill}};
-}  // namespace
 
-void launch_plan(const ForwardContext& ctx) {
+void launch_family(const ForwardContext& ctx) {
   for (const FamilyLauncher& l : kLaunchers)
     if (l.family == ctx.plan.family) return l.launch(ctx);
   throw Error(fmt::format("forward: no launcher for the {} family", to_string(ctx.plan.family)));
+}
+}  // namespace
+
+void launch_plan(const ForwardContext& ctx) {
+  const std::vector<KernelKey>& k = ctx.plan.kernels;
+  if (k.empty() || k.front().kind != KernelKind::act_quant) return launch_family(ctx);
+  // a8/a4: the pre-pass first, then the family's launches with its rows as the layer input.
+  if (ctx.args.tokens == 0) return;
+  launch_act_quant(ctx, k.front());
+  Plan rest = ctx.plan;
+  rest.kernels.erase(rest.kernels.begin());
+  ForwardArgs args = ctx.args;
+  args.x = act_quant_rows(ctx);
+  const ForwardContext next{ctx.layer,     args,        ctx.ws,    rest,         ctx.modules, ctx.stream,
+                            ctx.alpha,     ctx.beta,    ctx.limit, ctx.sm_count, /*after_act_quant=*/true};
+  launch_family(next);
 }
 
 }  // namespace moejit::detail
