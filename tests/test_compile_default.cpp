@@ -154,8 +154,8 @@ TEST_CASE("the batch family's kernels of every bundled model compile for both ar
 
 TEST_CASE("the warpgroup-MMA batch tiles and the prefill family compile in a8 and a4 without spills",
           "[compile][precision]") {
-  // x quantized where FC1 stages it (the batch FC1's registers beside its live accumulators, the prefill
-  // gather) and the intermediate in FC1's epilogue (a8's blocks exchanged between warp pairs): per layer
+  // x quantized once per pair (the act_quant pre-pass before the batch FC1, the prefill gather) and the
+  // intermediate in FC1's epilogue (a8's blocks exchanged between warp pairs): per layer
   // kind (MXFP4 swigluoai with bias and limit, NVFP4 silu, NVFP4 relu2: one FC1 matrix) the planner's
   // warpgroup-MMA batch tiles (32 and 64 pairs) and prefill tiles (64 and 128 pairs), on sm_90a with at
   // most a few spilled words and no wgmma that ptxas had to serialize. Most have none; the 64-pair batch
@@ -166,11 +166,14 @@ TEST_CASE("the warpgroup-MMA batch tiles and the prefill family compile in a8 an
     for (ActPrecision p : {ActPrecision::a8, ActPrecision::a4}) {
       LayerSpec spec = load_model_config(name).local();
       spec.precision = p;
-      std::set<KernelKey> keys;
+      std::set<KernelKey> keys, pre_passes;
       auto add = [&](Family f, double pairs_per_expert) {
         const int m = std::clamp(static_cast<int>(std::ceil(pairs_per_expert * spec.experts / spec.top_k)), 1, kMaxTokens);
         for (const auto& k : make_plan(spec, Arch::sm_90a, m, 132, f).kernels)
-          if (k.kind != KernelKind::route) keys.insert(k);
+          if (k.kind == KernelKind::act_quant)
+            pre_passes.insert(k);
+          else if (k.kind != KernelKind::route)
+            keys.insert(k);
       };
       add(Family::batch, 16.0);
       add(Family::batch, 64.0);
@@ -178,6 +181,11 @@ TEST_CASE("the warpgroup-MMA batch tiles and the prefill family compile in a8 an
       add(Family::prefill, 128.0);
       INFO(name << " " << to_string(p) << ": " << keys.size() << " keys");
       REQUIRE(keys.size() == 8);
+      // The batch plans' pre-pass (one key for the layer; the prefill plans have none), without spills.
+      REQUIRE(pre_passes.size() == 1);
+      const CompileOutput pre = compile_source(generate_source(*pre_passes.begin()), Arch::sm_90a);
+      CHECK(pre.binary.size() > 0);
+      CHECK(pre.spill_bytes == 0);
       for (const KernelKey& key : keys) {
         INFO(name << " key " << key.str());
         CHECK((key.wgmma || key.kind == KernelKind::prefill_fc1 || key.kind == KernelKind::prefill_fc2));
