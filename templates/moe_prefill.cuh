@@ -185,6 +185,12 @@ struct RingCursor {
       phase ^= 1u;
     }
   }
+  // Past n uses (another team's unit): the parity flips once per turn of the ring.
+  MOEJIT_DEVICE void skip(int n) {
+    stage += n;
+    phase ^= (u32)((stage / kStages) & 1);
+    stage %= kStages;
+  }
 };
 
 // The producer warp's copies of one unit: per chunk, every lane waits for the stage to be empty; lane 0
@@ -249,14 +255,16 @@ MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w
 // step, once every MMA of chunk c - 1 is done.
 // CSF scales (Csf a CsfWarpReader, begun for the unit's slabs): the stage holds the operands' offsets
 // words; the warp rebuilds its lane's scale bytes in registers from them (csf_exc: the plane's lists).
-template <bool kNvfp4, int kChunks, int kA, int kWarps, int kN, int kNW, int kStages, bool kRawB, class Csf>
+// kWarps: the unit's warps; kTeamed: the CTA's consumer warps form teams, and team_warp is this warp's
+// index among its team's (else the warp index itself).
+template <bool kNvfp4, int kChunks, int kA, int kWarps, int kN, int kNW, int kStages, bool kRawB, bool kTeamed, class Csf>
 MOEJIT_DEVICE void prefill_consume(u32 ring, const u8* ring_ptr, const PrefillBarriers<kStages>& bars,
                                    RingCursor<kStages>& cur, float (&acc)[kA][kNW / 2], Csf& csf,
-                                   const u32* csf_exc) {
+                                   const u32* csf_exc, int team_warp) {
   constexpr bool kCsf = Csf::kReads;
   using SG = ScaleGeometry<kNvfp4>;
   using Stage = PrefillStage<kNvfp4, kA, kWarps, kN>;
-  const int lane = lane_id(), warp = threadIdx.x >> 5, g = lane >> 2;
+  const int lane = lane_id(), warp = kTeamed ? team_warp : threadIdx.x >> 5, g = lane >> 2;
 #pragma unroll
   for (int m = 0; m < kA; ++m)
 #pragma unroll
@@ -326,22 +334,28 @@ template <int kN>
 inline constexpr bool kPrefillQuarterWidth = kN % 32 == 0 && kN / 4 >= 16;
 
 // The shared skeleton of both FC kernels: barriers, the producer's and the consumers' walks over the
-// units, the width choice per tile. A unit is (tile, row group of kWarps x kPerWarp slabs); consumer warp
-// w owns kPerWarp adjacent slabs from slab0 = group x kWarps x kPerWarp + w x kPerWarp, each with kMats
-// matrices (kA = kPerWarp x kMats A operands, slab-major). Every consumer warp calls preload(t, slab0)
+// units, the width choice per tile. The consumer warps form kTeams teams of kUnitWarps = kWarps / kTeams
+// (whole warpgroups); team t takes the CTA's units i = t, t + kTeams, ... (i-th unit: CTA id + i x grid)
+// and skips the others' stages. With two teams the ring, filled in unit order, serializes the teams'
+// products (a unit's stages are there only once the previous unit's are consumed), so one team's epilogue
+// runs while the other's MMAs do. A unit is (tile, row group of kUnitWarps x kPerWarp slabs); the team's
+// warp w owns kPerWarp adjacent slabs from slab0 = group x kUnitWarps x kPerWarp + w x kPerWarp, each
+// with kMats matrices (kA = kPerWarp x kMats A operands, slab-major). Every consumer warp calls preload(t, slab0)
 // before a unit's product (its loads are in flight while the product runs) and epilogue(t, slab0, acc,
 // preloaded) after it (acc[kA][kNW / 2], kNW the width run), also for slabs past the matrix (>= kSlabs).
 // Each walker reads the next unit's tile entry before working on the current one, so those dependent loads
 // are off the path too. kCsf: s is the plane's CSF offsets and csf its other arrays (csf_scales.cuh); each
 // consumer warp begins its slabs' readers with the unit's preload.
-template <bool kNvfp4, int kChunks, int kMats, int kPerWarp, int kSlabs, int kWarps, int kN, int kStages, bool kRawB,
-          bool kCsf, class Preload, class Epilogue>
+template <bool kNvfp4, int kChunks, int kMats, int kPerWarp, int kSlabs, int kWarps, int kTeams, int kN, int kStages,
+          bool kRawB, bool kCsf, class Preload, class Epilogue>
 MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const u16* b_base, const u32x4* w, const u8* s,
                               const CsfPlaneArrays& csf_arrays, Preload preload, Epilogue epilogue) {
   constexpr int kA = kPerWarp * kMats;
-  constexpr int kGroupSlabs = kWarps * kPerWarp;
+  constexpr int kUnitWarps = kWarps / kTeams;
+  constexpr int kGroupSlabs = kUnitWarps * kPerWarp;
   constexpr int kGroups = (kSlabs + kGroupSlabs - 1) / kGroupSlabs;
-  static_assert(kWarps % 4 == 0, "whole consumer warpgroups");
+  static_assert(kWarps % 4 == 0 && kUnitWarps % 4 == 0 && kUnitWarps * kTeams == kWarps,
+                "whole consumer warpgroups in every team");
   static_assert(kN % 16 == 0 && kN <= 256, "a tile of 16..256 tokens, halves of whole n8 blocks");
   extern __shared__ __align__(16) u8 prefill_ring[];
   __shared__ __align__(8) u64 barrier_words[2 * kStages];
@@ -353,7 +367,7 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
   if (threadIdx.x == 0) {
     for (int st = 0; st < kStages; ++st) {
       mbarrier_init(bars.full(st), 1 + 32);  // the B block's announcement, then every producer lane's copies
-      mbarrier_init(bars.empty(st), kWarps);
+      mbarrier_init(bars.empty(st), kUnitWarps);
     }
     mbarrier_init_fence();
   }
@@ -369,25 +383,28 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
     for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
       const PrefillTile t = next;
       if (unit + gridDim.x < units) next = prefill_tile<kN>(tiles, route, (unit + gridDim.x) / kGroups);
-      prefill_produce<kNvfp4, kChunks, kMats, kPerWarp, kSlabs, kWarps, kN, kStages, kCsf>(
+      prefill_produce<kNvfp4, kChunks, kMats, kPerWarp, kSlabs, kUnitWarps, kN, kStages, kCsf>(
           b_base + t.row_base * kChunks * 64, t.rows, w, s, t.expert, unit % kGroups, ring, bars, cur);
     }
     return;
   }
   warpgroup_claim_registers<prefill_consumer_regs(kWarps / 4)>();
-  PrefillTile next = blockIdx.x < units ? prefill_tile<kN>(tiles, route, blockIdx.x / kGroups) : PrefillTile{};
-  for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+  const int team = kTeams == 1 ? 0 : warp / kUnitWarps, unit_warp = kTeams == 1 ? warp : warp % kUnitWarps;
+  const unsigned first = blockIdx.x + team * gridDim.x, stride = kTeams * gridDim.x;
+  if (kTeams > 1) cur.skip(team * kChunks);  // the units before this team's first
+  PrefillTile next = first < units ? prefill_tile<kN>(tiles, route, first / kGroups) : PrefillTile{};
+  for (int unit = first; unit < units; unit += stride) {
     const PrefillTile t = next;
-    if (unit + gridDim.x < units) next = prefill_tile<kN>(tiles, route, (unit + gridDim.x) / kGroups);
-    const int slab0 = unit % kGroups * kGroupSlabs + warp * kPerWarp;
+    if (unit + stride < units) next = prefill_tile<kN>(tiles, route, (unit + stride) / kGroups);
+    const int slab0 = unit % kGroups * kGroupSlabs + unit_warp * kPerWarp;
     const auto pre = preload(t, slab0);
     typename CsfWarpReaderOf<kCsf, kNvfp4, kMats, kPerWarp, 1>::Type csf;
     if constexpr (kCsf) csf.begin(csf_arrays, t.expert, slab0, kSlabs, lane_id() >> 2, 0);
     auto run = [&](auto width) {
       constexpr int kNW = decltype(width)::value;
       float acc[kA][kNW / 2];
-      prefill_consume<kNvfp4, kChunks, kA, kWarps, kN, kNW, kStages, kRawB>(ring, ring_ptr, bars, cur, acc, csf,
-                                                                            csf_arrays.exc);
+      prefill_consume<kNvfp4, kChunks, kA, kUnitWarps, kN, kNW, kStages, kRawB, (kTeams > 1)>(
+          ring, ring_ptr, bars, cur, acc, csf, csf_arrays.exc, unit_warp);
       epilogue(t, slab0, acc, pre);
     };
     if (kPrefillQuarterWidth<kN> && t.in_tile <= kN / 4)
@@ -396,6 +413,7 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
       run(IntTag<kN / 2>{});
     else
       run(IntTag<kN>{});
+    if (kTeams > 1) cur.skip((kTeams - 1) * kChunks);  // the other teams' units before this team's next
   }
 }
 
@@ -433,7 +451,7 @@ MOEJIT_DEVICE void prefill_fc1_store_quantized(const PrefillFc1Params& p, const 
 
 // FC1: act block of tile t = activation(x . W13[e]^T + b13[e]) as bf16 times 2^64 in MMA column order, zero
 // in the rows past the tile's pairs and in the columns past I.
-template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kH, int kI, int kWarps, int kN, int kStages>
+template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kH, int kI, int kWarps, int kTeams, int kN, int kStages>
 __device__ void moe_prefill_fc1(const PrefillFc1Params& p) {
   constexpr int kMats = kAct == kActRelu2 ? 1 : 2;
   constexpr int kChunks = (kH + 63) / 64, kIChunks = (kI + 63) / 64;
@@ -486,14 +504,14 @@ __device__ void moe_prefill_fc1(const PrefillFc1Params& p) {
       block[tile_block_offset(col, (row % 64) / 16 * 16 + mma_k_position(row % 16))] = v;
     });
   };
-  prefill_fc<kNvfp4, kChunks, kMats, 1, kSlabs, kWarps, kN, kStages, true, kCsfFc1>(
+  prefill_fc<kNvfp4, kChunks, kMats, 1, kSlabs, kWarps, kTeams, kN, kStages, true, kCsfFc1>(
       p.tiles, p.route, p.xb, p.w, p.s, MOEJIT_FC1_CSF_ARRAYS(p), preload, epilogue);
 }
 
 // FC2: partial[q, :] = act[q] . W2[e]^T + b2[e] in fp32 for every pair; moe_topk_combine weighs them by the
 // pairs' top-k weights and sums them. Each consumer warp owns kPerWarp adjacent slabs of H: two halve the B
 // traffic per MMA (one B block feeds 256 rows) at twice the accumulators.
-template <bool kNvfp4, bool kBias, int kH, int kI, int kWarps, int kPerWarp, int kN, int kStages>
+template <bool kNvfp4, bool kBias, int kH, int kI, int kWarps, int kTeams, int kPerWarp, int kN, int kStages>
 __device__ void moe_prefill_fc2(const PrefillFc2Params& p) {
   constexpr int kChunks = (kI + 63) / 64;
   constexpr int kSlabs = kH / 16;
@@ -537,6 +555,6 @@ __device__ void moe_prefill_fc2(const PrefillFc2Params& p) {
       });
     }
   };
-  prefill_fc<kNvfp4, kChunks, 1, kPerWarp, kSlabs, kWarps, kN, kStages, false, kCsfFc2>(
+  prefill_fc<kNvfp4, kChunks, 1, kPerWarp, kSlabs, kWarps, kTeams, kN, kStages, false, kCsfFc2>(
       p.tiles, p.route, p.act, p.w, p.s, MOEJIT_FC2_CSF_ARRAYS(p), preload, epilogue);
 }

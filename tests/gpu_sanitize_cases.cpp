@@ -3,7 +3,7 @@
 // output against the fp64 CPU reference at the small shape, and exit.
 //
 //   gpu_sanitize_cases --family decode|cooperative|batch|wgmma|prefill|csf|csf-stream|csf-batch|csf-prefill|
-//                               wgmma-a8|wgmma-a4|prefill-a8|prefill-a4
+//                               wgmma-a8|wgmma-a4|prefill-a8|prefill-a4|prefill-teams
 //                      --shape small|real
 //
 // decode: the default decode launches (route kernel or inline routing, FC1, FC2/FC2-sum); cooperative:
@@ -73,6 +73,12 @@ Case case_for(const std::string& family, bool real) {
   if (family == "batch") return {Family::batch, {real ? 64 : 5, real ? 200 : 17}};
   if (family == "wgmma") return {Family::batch, {real ? 512 : 64}};
   if (family == "prefill") return {Family::prefill, {real ? 256 : 65, real ? 512 : 127}};
+  if (family == "prefill-teams") {
+    // Two teams of consumer warpgroups taking the units in turn (their ring walks skip each other's stages).
+    ::setenv("MOEJIT_PREFILL_TILE_FC1", "w8n8d3g2", 1);
+    ::setenv("MOEJIT_PREFILL_TILE_FC2", "w8n8d3g2", 1);
+    return {Family::prefill, {real ? 256 : 65, real ? 512 : 127}};
+  }
   for (ActPrecision p : {ActPrecision::a8, ActPrecision::a4}) {
     const std::string suffix = fmt::format("-{}", to_string(p));
     if (family == "wgmma" + suffix) return {Family::batch, {real ? 512 : 64}, ScaleReads::plain, p};
@@ -87,7 +93,7 @@ Case case_for(const std::string& family, bool real) {
   if (family == "csf-batch") return {Family::batch, {real ? 64 : 5, real ? 512 : 64}, ScaleReads::csf};
   if (family == "csf-prefill") return {Family::prefill, {real ? 256 : 65, real ? 512 : 127}, ScaleReads::csf};
   throw Error(fmt::format("--family {}: expected decode, cooperative, batch, wgmma, prefill, csf, csf-stream, "
-                          "csf-batch, csf-prefill, wgmma-a8, wgmma-a4, prefill-a8 or prefill-a4",
+                          "csf-batch, csf-prefill, wgmma-a8, wgmma-a4, prefill-a8, prefill-a4 or prefill-teams",
                           family));
 }
 
@@ -160,7 +166,7 @@ int main(int argc, char** argv) {
   if (family.empty() || shape.empty()) {
     std::fprintf(stderr,
                  "usage: gpu_sanitize_cases --family decode|cooperative|batch|wgmma|prefill|csf|csf-stream|csf-batch|"
-                 "csf-prefill|wgmma-a8|wgmma-a4|prefill-a8|prefill-a4 --shape small|real\n");
+                 "csf-prefill|wgmma-a8|wgmma-a4|prefill-a8|prefill-a4|prefill-teams --shape small|real\n");
     return 2;
   }
   try {

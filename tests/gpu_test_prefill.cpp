@@ -67,7 +67,7 @@ TEST_CASE("every prefill tile matches the reference, and all give the same bits"
   if (!on_sm90()) return;
   // Each consumer warp sums its slab's full K in chunk order for every column, whatever the tile width
   // (and whether a tile runs on the full, the half- or the quarter-width MMAs), the ring depth, the
-  // warpgroups or FC2's slabs per warp.
+  // warpgroups, FC2's slabs per warp or whether two teams of warpgroups take the units in turn (g2).
   const ScopedEnv guard{"MOEJIT_PREFILL_TILE_FC1", "MOEJIT_PREFILL_TILE_FC2"};
   uint64_t seed = 9900;
   for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4}) {
@@ -83,7 +83,8 @@ TEST_CASE("every prefill tile matches the reference, and all give the same bits"
       std::vector<uint16_t> first;
       for (const auto& [tile1, tile2] : std::initializer_list<std::pair<const char*, const char*>>{
                {"w8n16d3", "w8n16d3s2"}, {"w8n16d3", "w8n16d3"}, {"w4n2d1", "w4n2d1s2"}, {"w8n4d2", "w8n4d2"},
-               {"w12n8d2", "w12n8d2s2"}, {"w16n6d3", "w16n6d3"}, {"w4n16d1", "w4n16d1s2"}, {"w8n10d5", "w8n10d5s2"}}) {
+               {"w12n8d2", "w12n8d2s2"}, {"w16n6d3", "w16n6d3"}, {"w4n16d1", "w4n16d1s2"}, {"w8n10d5", "w8n10d5s2"},
+               {"w8n16d3g2", "w8n16d3g2"}, {"w8n8d2g2", "w8n8d4g2s2"}, {"w16n4d2g2", "w16n4d2g2"}}) {
         INFO(fmt::format("{} M={} tiles {} {}", to_string(f), m, tile1, tile2));
         ::setenv("MOEJIT_PREFILL_TILE_FC1", tile1, 1);
         ::setenv("MOEJIT_PREFILL_TILE_FC2", tile2, 1);

@@ -199,3 +199,22 @@ TEST_CASE("the warpgroup-MMA batch tiles and the prefill family compile in a8 an
       }
     }
 }
+
+TEST_CASE("prefill kernels with two teams of consumer warpgroups compile without spills", "[compile][prefill]") {
+  // g2: the teams take the CTA's units in turn, each walking the ring past the other's stages; FC1 and FC2
+  // of the default config at its 128-pair tile, on sm_90a (the family's only architecture), no spill and
+  // no serialized wgmma.
+  const ModelConfig cfg = load_model_config(default_config_name());
+  for (KernelKey key : make_plan(cfg.local(), Arch::sm_90a, 4096, 132, Family::prefill).kernels) {
+    if (key.kind == KernelKind::route) continue;
+    key.groups = 2;
+    key = key.normalized();
+    INFO("key " << key.str());
+    CompileOutput out;
+    REQUIRE_NOTHROW(out = compile_source(generate_source(key), Arch::sm_90a));
+    CHECK(out.binary.size() > 0);
+    INFO("registers " << out.registers << ", spill bytes " << out.spill_bytes << "\n" << out.log);
+    CHECK(out.spill_bytes == 0);
+    CHECK_FALSE(out.wgmma_serialized);
+  }
+}

@@ -934,6 +934,22 @@ TEST_CASE("the prefill family: planned on sm_90a from 96 pairs per expert, force
   k.ntiles = 16;
   k.min_blocks = 2;
   CHECK(k.normalized().min_blocks == 1);
+  // Two teams of consumer warpgroups (g2) take the units in turn: each team's warps share a stage, so the
+  // stages shrink; teams are whole warpgroups, at most two.
+  {
+    KernelKey teams = make_plan(s, Arch::sm_90a, 4096, 132).kernels.at(2);
+    const int one_team = kernel_dynamic_smem(teams);
+    teams.groups = 2;
+    CHECK(teams.normalized().groups == 2);
+    CHECK(KernelKey::parse(teams.normalized().str()) == teams.normalized());
+    CHECK(kernel_dynamic_smem(teams) < one_team);
+    CHECK(generate_source(teams.normalized()).source.find(", 8, 2, 1, 128, ") != std::string::npos);
+    teams.warps = 12;  // two teams of six warps
+    CHECK_THROWS_WITH(teams.normalized(), Catch::Contains("two (g2) of whole warpgroups"));
+    teams.warps = 8;
+    teams.groups = 4;
+    CHECK_THROWS_WITH(teams.normalized(), Catch::Contains("two (g2) of whole warpgroups"));
+  }
   // One slab per consumer warp in both planned kernels; FC2 takes two (s2) where its accumulators fit.
   const Plan planned = make_plan(s, Arch::sm_90a, 4096, 132);
   CHECK(planned.kernels.at(1).slabs == 1);

@@ -2,7 +2,9 @@
 //
 // Tile fields: warps = consumer warps (whole warpgroups; a producer warpgroup is added), ntiles = the token
 // tile in n8 blocks (16..256 tokens, even), depth = stages of the shared-memory ring less one, slabs = 16-row
-// slabs per consumer warp (FC2: 1 or 2; FC1: 1), min_blocks 1 (one persistent CTA per SM).
+// slabs per consumer warp (FC2: 1 or 2; FC1: 1), groups = teams of consumer warpgroups that take the CTA's
+// units in turn (1: every consumer warp works on each unit; 2: two teams, one's epilogue beside the other's
+// MMAs), min_blocks 1 (one persistent CTA per SM).
 #include <fmt/args.h>
 #include <fmt/format.h>
 
@@ -25,13 +27,16 @@ int mats(const KernelKey& k) { return k.kind == KernelKind::prefill_fc1 ? fc1_ma
 // A operands per consumer warp: its slabs times the matrices of each.
 int operands(const KernelKey& k) { return mats(k) * k.slabs; }
 
+// The warps that share a unit (and a stage): one team's.
+int unit_warps(const KernelKey& k) { return k.warps / k.groups; }
+
 // The narrowest product width the kernels run next to the tile's and its half (templates/moe_prefill.cuh
 // kPrefillQuarterWidth): a quarter of tiles of 64 tokens and more.
 bool quarter_width(int n) { return n % 32 == 0 && n / 4 >= 16; }
 
 // PrefillStage::kBytes (templates/moe_prefill.cuh).
 int stage_bytes(const KernelKey& k) {
-  const int used = 8 * k.ntiles * 128 + k.warps * operands(k) * (512 + chunk_scale_bytes(k));
+  const int used = 8 * k.ntiles * 128 + unit_warps(k) * operands(k) * (512 + chunk_scale_bytes(k));
   return (used + 1023) / 1024 * 1024;
 }
 
@@ -47,7 +52,8 @@ void normalize(KernelKey& k, const KernelKey& original) {
   if (k.depth < 1) fail("prefill kernels keep at least two stages (depth >= 1)");
   k.min_blocks = 1;
   k.parts = 1;
-  k.groups = 1;
+  if (k.groups > 2 || (k.warps / k.groups) % 4)
+    fail("prefill kernels take one team of consumer warpgroups or two (g2) of whole warpgroups each");
   if (k.kind == KernelKind::prefill_fc1 && k.slabs != 1) fail("prefill_fc1 takes one slab per consumer warp");
   // Accumulators: a consumer thread holds operands x ntiles x 4 fp32 values, at most 128 of its registers.
   if (operands(k) * k.ntiles * 4 > 128)
@@ -80,6 +86,8 @@ std::string source(const KernelKey& key, const std::string& entry) {
   fmt::dynamic_format_arg_store<fmt::format_context> a;
   push_layer_args(a, key);
   a.push_back(fmt::arg("warps", key.warps));
+  a.push_back(fmt::arg("teams", key.groups));
+  a.push_back(fmt::arg("unit_warps", unit_warps(key)));
   a.push_back(fmt::arg("n", n));
   a.push_back(fmt::arg("stages", key.depth + 1));
   a.push_back(fmt::arg("operands", operands(key)));
@@ -95,13 +103,14 @@ std::string source(const KernelKey& key, const std::string& entry) {
   a.push_back(fmt::arg("params", fc1 ? "PrefillFc1Params" : "PrefillFc2Params"));
   auto format = [&](std::string_view text) { return fmt::vformat(text, a); };
   const std::string call =
-      format(fc1 ? "moe_prefill_fc1<{nvfp4}, {act}, {limit}, {bias}, {hidden}, {intermediate}, {warps}, {n}, {stages}>"
-                 : "moe_prefill_fc2<{nvfp4}, {bias}, {hidden}, {intermediate}, {warps}, {slabs}, {n}, {stages}>");
+      format(fc1 ? "moe_prefill_fc1<{nvfp4}, {act}, {limit}, {bias}, {hidden}, {intermediate}, {warps}, {teams}, {n}, "
+                   "{stages}>"
+                 : "moe_prefill_fc2<{nvfp4}, {bias}, {hidden}, {intermediate}, {warps}, {teams}, {slabs}, {n}, {stages}>");
   a.push_back(fmt::arg("call", call));
   std::string out = kernel_header(key, 0) + "#include \"wgmma.cuh\"\n" + wgmma_rs_source(n) +
                     wgmma_rs_source(n / 2) + (quarter_width(n) ? wgmma_rs_source(n / 4) : std::string()) +
                     "#include \"moe_prefill.cuh\"\n" +
-                    format("static_assert({stages} * PrefillStage<{nvfp4}, {operands}, {warps}, {n}>::kBytes + 1024 == "
+                    format("static_assert({stages} * PrefillStage<{nvfp4}, {operands}, {unit_warps}, {n}>::kBytes + 1024 == "
                            "{bytes}, \"host and device ring sizes differ\");\n") +
                     format("extern \"C\" __global__ void __launch_bounds__({threads}, 1) {entry}(const {params} p) {{\n"
                            "  {call}(p);\n}}\n");

@@ -21,7 +21,7 @@ namespace {
 
 // One CTA per SM, or one per unit of the bound when it is smaller.
 unsigned persistent_grid(const ForwardContext& ctx, const KernelKey& key, int rows) {
-  const long long group_slabs = static_cast<long long>(key.warps) * key.slabs;
+  const long long group_slabs = static_cast<long long>(key.warps / key.groups) * key.slabs;
   const long long groups = (rows / 16 + group_slabs - 1) / group_slabs;
   const long long units = token_tile_bound(ctx, 8LL * key.ntiles) * groups;
   return static_cast<unsigned>(std::clamp<long long>(units, 1, std::max(ctx.sm_count, 1)));
