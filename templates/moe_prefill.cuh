@@ -172,6 +172,8 @@ struct PrefillBarriers {
   u32 base;  // shared address of full[0]; empty[s] follows the kStages full barriers
   MOEJIT_DEVICE u32 full(int s) const { return base + 8 * s; }
   MOEJIT_DEVICE u32 empty(int s) const { return base + 8 * (kStages + s); }
+  // Teams only: team t's turn, completed by the other team's warps as each of its products ends.
+  MOEJIT_DEVICE u32 turn(int t) const { return base + 8 * (2 * kStages + t); }
 };
 
 // Ring position, shared by producer and consumers' walks: the stage and the parity of its current use.
@@ -358,7 +360,7 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
                 "whole consumer warpgroups in every team");
   static_assert(kN % 16 == 0 && kN <= 256, "a tile of 16..256 tokens, halves of whole n8 blocks");
   extern __shared__ __align__(16) u8 prefill_ring[];
-  __shared__ __align__(8) u64 barrier_words[2 * kStages];
+  __shared__ __align__(8) u64 barrier_words[2 * kStages + (kTeams > 1 ? 2 : 0)];
   const u32 smem_base = shared_address(prefill_ring);
   const u32 ring = (smem_base + 1023u) & ~1023u;
   const u8* ring_ptr = prefill_ring + (ring - smem_base);
@@ -369,6 +371,8 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
       mbarrier_init(bars.full(st), 1 + 32);  // the B block's announcement, then every producer lane's copies
       mbarrier_init(bars.empty(st), kUnitWarps);
     }
+    if (kTeams > 1)
+      for (int t = 0; t < 2; ++t) mbarrier_init(bars.turn(t), kUnitWarps);
     mbarrier_init_fence();
   }
   __syncthreads();
@@ -393,7 +397,14 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
   const unsigned first = blockIdx.x + team * gridDim.x, stride = kTeams * gridDim.x;
   if (kTeams > 1) cur.skip(team * kChunks);  // the units before this team's first
   PrefillTile next = first < units ? prefill_tile<kN>(tiles, route, first / kGroups) : PrefillTile{};
-  for (int unit = first; unit < units; unit += stride) {
+  // Teams take turns: a team starts a product once the other's previous one has passed all its waits on
+  // the ring. Then every stage a team waits on is at most one use ahead of the barrier's completed phase,
+  // which a parity wait needs (a team running ahead by whole units would mistake an earlier use's
+  // completion for its own). Team 0's first unit goes first.
+  static_assert(kTeams <= 2, "one team or two");
+  int turns = 0;
+  for (int unit = first; unit < units; unit += stride, ++turns) {
+    if (kTeams > 1 && (team > 0 || turns > 0)) mbarrier_wait(bars.turn(team), (u32)((team == 0 ? turns - 1 : turns) & 1));
     const PrefillTile t = next;
     if (unit + stride < units) next = prefill_tile<kN>(tiles, route, (unit + stride) / kGroups);
     const int slab0 = unit % kGroups * kGroupSlabs + unit_warp * kPerWarp;
@@ -405,6 +416,7 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
       float acc[kA][kNW / 2];
       prefill_consume<kNvfp4, kChunks, kA, kUnitWarps, kN, kNW, kStages, kRawB, (kTeams > 1)>(
           ring, ring_ptr, bars, cur, acc, csf, csf_arrays.exc, unit_warp);
+      if (kTeams > 1 && lane_id() == 0) mbarrier_arrive(bars.turn(1 - team));  // the other team's turn
       epilogue(t, slab0, acc, pre);
     };
     if (kPrefillQuarterWidth<kN> && t.in_tile <= kN / 4)
