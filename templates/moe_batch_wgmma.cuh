@@ -74,10 +74,7 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const*
   // a pair of true K) is loaded into registers and stored as the two 16-byte pieces of MMA column order,
   // {u0, u2, u4, u6} and {u1, u3, u5, u7} (unit u goes to column pair (u >> 1) + 4 (u & 1)): no copy of
   // less than 16 bytes. A chunk is loaded one step before it is stored (the load's latency hides behind a
-  // step), kStages - 3 steps before it is multiplied. a8/a4 quantize the block in registers before the
-  // store: a thread holds all 16 values of its k16 block (one a4 scale block), and an a8 block's other
-  // half is the neighbouring k16 block, held by the neighbouring lane (block index bi ^ 1; kBlocks is a
-  // whole number of warps, so every lane of a warp stores or none does).
+  // step), kStages - 3 steps before it is multiplied.
   constexpr int kBlocks = kTile * 4;  // (row, k16 block) pieces of a chunk
   constexpr int kBlocksPerThread = (kBlocks + kThreads - 1) / kThreads;
   u32x4 staged[kRawB ? kBlocksPerThread : 1][2];
