@@ -193,6 +193,18 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const*
   cp_async_wait_all();
 }
 
+// One warp's wgmma accumulators (matrix m, n-tile nt's four values at nt * 4) in the [n-tile][matrix][4]
+// order of fc1_epilogue.cuh's stores.
+template <int kMats, int kNT>
+MOEJIT_DEVICE void wgmma_acc_as_pass(const float (&acc)[kMats][kNT * 4], float (&part)[kNT][kMats][4]) {
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+    for (int m = 0; m < kMats; ++m)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) part[nt][m][i] = acc[m][nt * 4 + i];
+}
+
 // FC1: act[q, :] = activation(x[token(q)] . W13[e]^T + b13[e]) as bf16 times 2^64, each 16-row block in MMA
 // column order (mma_k_position).
 template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kH, int kI, int kWarps, int kNT, int kStages>
@@ -230,24 +242,14 @@ __device__ void moe_batch_wgmma_fc1(const BatchFc1Params& p) {
   const float gs_up = kMats == 2 ? wgmma_output_scale<kNvfp4, true>(p.gscale, g + 1) : gs;
   if constexpr (kActPrecision != kActA16) {
     float part[1][kNT][kMats][4];
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-      for (int m = 0; m < kMats; ++m)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) part[0][nt][m][i] = acc[m][nt * 4 + i];
+    wgmma_acc_as_pass(acc, part[0]);
     const float unscale = act_unscale(x_gs);  // a4: x's 1/a1_gs
     fc1_store_pass_quantized<kAct, kLimit, kBias, kI, kMats, kNT, 8, 1, true>(
         p, work, slab, valid ? 1u : 0u, t.first, (in_tile + 7) / 8, part, gs * unscale, gs_up * unscale,
         act_fc1_out_gs<kMats>(p.gscale, t.expert), OneSlabPerWarpBlockMax<kWarps, kTile>{});
   } else {
     float part[kNT][kMats][4];
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-      for (int m = 0; m < kMats; ++m)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) part[nt][m][i] = acc[m][nt * 4 + i];
+    wgmma_acc_as_pass(acc, part);
     fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, 8, true>(p, work, slab, t.first, (in_tile + 7) / 8, part, gs,
                                                                  gs_up);
   }
