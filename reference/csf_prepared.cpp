@@ -92,7 +92,7 @@ PreparedScaleGeometry fc2_prepared_geometry(const LayerSpec& spec) {
 int prepared_csf_chunk_bytes(ScaleFormat format) { return format == ScaleFormat::nvfp4 ? 32 : 4; }
 
 int64_t PreparedCsfPlane::records(const PreparedScaleGeometry& g) const {
-  return static_cast<int64_t>(exc.size()) - (g.lists() + 1) - g.lists();
+  return static_cast<int64_t>(exc.size()) - (g.lists() + 1) - g.lists() - kPreparedCsfHead;
 }
 
 PreparedCsfPlane build_prepared_csf(const PreparedScaleGeometry& g, const uint8_t* logical) {
@@ -157,14 +157,19 @@ PreparedCsfPlane build_prepared_csf(const PreparedScaleGeometry& g, const uint8_
       rec.push_back(kPreparedCsfSentinel);
     }
   });
-  size_t total = static_cast<size_t>(lists) + 1;
+  size_t total = static_cast<size_t>(lists) + 1 + kPreparedCsfHead;
   for (const auto& r : records) total += r.size();
   if (total > 0x7FFFFFFFull) throw Error("prepared CSF scales: more than 2^31 exception words in one plane");
-  p.exc.resize(total);
+  p.exc.assign(total, kPreparedCsfSentinel);
+  p.head.assign(static_cast<size_t>(lists) * kPreparedCsfHead, kPreparedCsfSentinel);
   size_t at = static_cast<size_t>(lists) + 1;
   for (int64_t list = 0; list < lists; ++list) {
     p.exc[static_cast<size_t>(list)] = static_cast<uint32_t>(at);
-    for (uint32_t r : records[static_cast<size_t>(list)]) p.exc[at++] = r;
+    const std::vector<uint32_t>& r = records[static_cast<size_t>(list)];
+    for (size_t j = 0; j < r.size(); ++j) {
+      p.exc[at++] = r[j];
+      if (j < static_cast<size_t>(kPreparedCsfHead)) p.head[static_cast<size_t>(list) * kPreparedCsfHead + j] = r[j];
+    }
   }
   p.exc[static_cast<size_t>(lists)] = static_cast<uint32_t>(at);
   return p;
@@ -190,7 +195,8 @@ std::vector<uint8_t> expand_prepared_csf(const PreparedScaleGeometry& g, const P
   const int lb = lane_bytes(g.format), cb = prepared_csf_chunk_bytes(g.format), chunks = g.chunks();
   const int64_t lists = g.lists(), units_total = static_cast<int64_t>(g.experts) * g.slabs * g.mats;
   if (p.offsets.size() != static_cast<size_t>(units_total) * chunks * cb ||
-      p.base.size() != static_cast<size_t>(units_total) * 16 || p.exc.size() < static_cast<size_t>(lists) + 1)
+      p.base.size() != static_cast<size_t>(units_total) * 16 || p.exc.size() < static_cast<size_t>(lists) + 1 ||
+      p.head.size() != static_cast<size_t>(lists) * kPreparedCsfHead)
     throw Error("expand_prepared_csf: the plane's arrays do not have the geometry's sizes");
   std::vector<uint8_t> out(g.plain_bytes());
   for (int64_t list = 0; list < lists; ++list) {
@@ -198,6 +204,15 @@ std::vector<uint8_t> expand_prepared_csf(const PreparedScaleGeometry& g, const P
     uint32_t mbit[2];
     const int n = list_units(g, list, units, mbit);
     uint32_t cursor = p.exc.at(static_cast<size_t>(list));
+    // The head is the list's first words, sentinel-padded; and a window from any of the list's words
+    // stays inside the array.
+    bool past = false;  // past the list's sentinel: the head holds sentinels
+    for (int j = 0; j < kPreparedCsfHead; ++j) {
+      const uint32_t want = past ? kPreparedCsfSentinel : p.exc.at(cursor + j);
+      if (p.head[static_cast<size_t>(list) * kPreparedCsfHead + j] != want)
+        throw Error(fmt::format("expand_prepared_csf: list {}'s head differs from its records at word {}", list, j));
+      past = past || want == kPreparedCsfSentinel;
+    }
     for (int c = 0; c < chunks; ++c) {
       for (int u = 0; u < n; ++u) {
         const uint8_t* off = offsets_of(g, p.offsets.data(), units[u], c);
@@ -234,6 +249,8 @@ std::vector<uint8_t> expand_prepared_csf(const PreparedScaleGeometry& g, const P
     }
     if (p.exc.at(cursor) != kPreparedCsfSentinel)
       throw Error(fmt::format("expand_prepared_csf: list {} has a record out of chunk order", list));
+    if (p.exc.size() < cursor + static_cast<size_t>(kPreparedCsfHead))
+      throw Error(fmt::format("expand_prepared_csf: list {}'s last window runs past the array", list));
   }
   return out;
 }

@@ -22,8 +22,8 @@ struct PreparedLayerImpl final : PreparedLayer {
   // fc1_csf / fc2_csf (keys with csf_scales). An a16 layer then holds no fc1_s / fc2_s (null): every a16
   // kernel reads CSF; an a8/a4 layer keeps them for its kernels (runtime/runtime.cpp prepare).
   struct CsfBuffers {
-    DeviceBuffer offsets, base, exc;
-    size_t bytes() const { return offsets.size() + base.size() + exc.size(); }
+    DeviceBuffer offsets, base, exc, head;
+    size_t bytes() const { return offsets.size() + base.size() + exc.size() + head.size(); }
   };
   CsfBuffers fc1_csf_s, fc2_csf_s;
   bool fc1_csf = false, fc2_csf = false;

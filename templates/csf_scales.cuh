@@ -16,8 +16,10 @@
 //           slab pairs and FC1's gate and up rows walk one list. Records
 //           chunk << 16 | m << 14 | g << 11 | i << 8 | byte (m: the matrix, or the slab's parity; i: the
 //           plain byte index above) are the scales whose byte is not base + offset, sorted by chunk, and
-//           each list ends with the sentinel 0xFFFF0000. Most lists are just the sentinel. Fewer than
-//           2^31 words in all (a cursor keeps an m bit in bit 31).
+//           each list ends with the sentinel 0xFFFF0000. Most lists are just the sentinel. 32 sentinels
+//           follow the last list. Fewer than 2^31 words in all (a cursor keeps an m bit in bit 31).
+//   head    [lists][32] u32: each list's first 32 words (records, sentinel, then sentinels): the decode
+//           kernels' first window, whose address needs no load of the list's start.
 // The reconstruction is exact: every scale byte the plain plane holds (padding blocks included, which
 // hold 0) comes back bit for bit, so the MMA results and everything after them are unchanged.
 #pragma once
@@ -49,6 +51,7 @@ struct CsfSlab {
   const u8* base;
   const u32* exc;
   u32 start;
+  const u32* head;  // the list's head (CsfWindowReader); null where the kernel walks the list itself
 };
 
 // Per-warp reading state of one slab, three registers beside the ring (it lives through the chunk
@@ -132,6 +135,89 @@ struct CsfReader {
       r = __ldg(exc + (cursor & 0x7FFFFFFFu));
     }
     gap = (int)((r >> 16) - c);
+  }
+};
+
+// The decode kernels' reader: as CsfReader, but the warp holds its list's next 32 words in a register,
+// one per lane (the window), so a chunk with records shuffles them out of registers instead of walking
+// the list with dependent loads, and the first window is the list's head, whose address is known
+// without reading the list's start: a decode kernel's warps take a few chunks each, and a chain of
+// loads before the first chunk or inside the loop is latency on their critical path. A list longer than
+// the window loads the words past it while the warp consumes it (only such lists: 32 lanes of sentinel
+// padding follow the last list, so a window never reads past the array).
+template <bool kNvfp4, int kMats, int kStride>
+struct CsfWindowReader {
+  static_assert(kMats == 1 || kMats == 2, "one or two matrices");
+  u32 bases;  // as CsfReader
+  u32 win;    // lane l: the list's word at index at + l (records by chunk, then the sentinel, then garbage)
+  u32 at;     // the window's first word (an index into exc), and CsfSlab::start's bit 31
+  int gap;    // the window's first record's chunk minus the chunk of the warp's next step
+
+  MOEJIT_DEVICE void begin(const CsfSlab& s, int g, int first_chunk, bool second = true) {
+    const u32 pair0 = *reinterpret_cast<const u16*>(s.base + 2 * g);  // rows g, g + 8
+    const u32 pair1 = kMats == 2 && second ? (u32)*reinterpret_cast<const u16*>(s.base + 16 + 2 * g) : pair0;
+    bases = kMats == 2 ? pair0 | pair1 << 16 : pair0 * 0x00010001u;
+    win = __ldg(s.head + lane_id());
+    at = s.start;
+    gap = (int)(__shfl_sync(0xffffffffu, win, 0) >> 16) - first_chunk;
+  }
+
+  MOEJIT_DEVICE static u32 load(const u8* at_) { return ld_stream_4(at_); }
+
+  MOEJIT_DEVICE void scales(const u32 (&word)[kMats], u32x2 (&s)[kMats], const u32* exc) {
+#pragma unroll
+    for (int m = 0; m < kMats; ++m) {
+      u32 pattern = bases;
+      if (kMats == 2) asm("prmt.b32 %0, %1, 0, %2;" : "=r"(pattern) : "r"(bases), "r"(m == 0 ? 0x1010u : 0x3232u));
+      if (kNvfp4) {
+        s[m].x = (word[m] & 0x0F0F0F0Fu) + pattern;
+        s[m].y = ((word[m] >> 4) & 0x0F0F0F0Fu) + pattern;
+      } else {
+        const u32 bits = (word[m] >> (lane_id() & 0x1Cu)) & 0xFu;
+        s[m].x = ((bits * 0x00204081u) & 0x01010101u) + pattern;
+        s[m].y = 0u;
+      }
+    }
+    if (gap <= 0) patch(s, exc);
+    gap -= kStride;
+  }
+
+  MOEJIT_DEVICE void patch(u32x2 (&s)[kMats], const u32* exc) {
+    const int lane = lane_id();
+    const u32 g = (u32)lane >> 2, who = kMats == 2 ? g : g | (at >> 31) << 3;
+    const u32 c = (__shfl_sync(0xffffffffu, win, 0) >> 16) - (u32)gap;  // this step's chunk
+    for (;;) {
+      // The window's words up to the list's sentinel; of them, the records up to this chunk (a prefix:
+      // records are sorted by chunk) are passed, and those of this chunk applied.
+      const u32 sentinels = __ballot_sync(0xffffffffu, win == kCsfSentinel);
+      const u32 live = sentinels ? (sentinels & (0u - sentinels)) - 1u : 0xffffffffu;
+      const u32 rc = win >> 16;
+      const u32 passed = __ballot_sync(0xffffffffu, rc <= c) & live;
+      u32 here = __ballot_sync(0xffffffffu, rc == c) & live;
+      while (here) {
+        const u32 r = __shfl_sync(0xffffffffu, win, __ffs(here) - 1);
+        here &= here - 1u;
+        const u32 key = (r >> 11) & 0xFu;
+        if (kMats == 2 ? (key & 7u) == g : key == who) {
+          const u32 i = (r >> 8) & 7u, shift = 8u * (i & 3u), keep = ~(0xFFu << shift), byte = (r & 0xFFu) << shift;
+#pragma unroll
+          for (int m = 0; m < kMats; ++m)
+            if (kMats == 1 || (key >> 3) == (u32)m) {
+              if (i < 4) s[m].x = (s[m].x & keep) | byte;
+              else s[m].y = (s[m].y & keep) | byte;
+            }
+        }
+      }
+      // Slide the window past the passed records; a list that goes on past it (no sentinel in it) fills
+      // the freed lanes from the list.
+      const int n = __popc(passed);
+      const u32 slid = __shfl_down_sync(0xffffffffu, win, n & 31);
+      at += n;
+      win = slid;
+      if (!sentinels && lane >= 32 - n) win = __ldg(exc + (at & 0x7FFFFFFFu) + lane);
+      if (n < 32) break;
+    }
+    gap = (int)((__shfl_sync(0xffffffffu, win, 0) >> 16) - c);
   }
 };
 

@@ -73,19 +73,21 @@ MOEJIT_DEVICE int global_scale_index(int e) {
   return kMats == 2 ? 2 * e : e;
 }
 
-// kCsf: s is a prepared CSF plane's offsets, s_base and s_exc its other arrays (csf_scales.cuh).
+// kCsf: s is a prepared CSF plane's offsets, s_base, s_exc and s_head its other arrays (csf_scales.cuh).
 template <bool kNvfp4, int kChunks, int kMats, int kSlabs, bool kCsf = false>
 MOEJIT_DEVICE SlabOperands slab_operands(const u32x4* w, const u8* s, const float* gscale, int e, int slab,
-                                         const u8* s_base = nullptr, const u32* s_exc = nullptr) {
+                                         const u8* s_base = nullptr, const u32* s_exc = nullptr,
+                                         const u32* s_head = nullptr) {
   constexpr int kScaleBytes = kCsf ? CsfGeometry<kNvfp4>::kBytesPerChunk : ScaleGeometry<kNvfp4>::kBytesPerChunk;
   const size_t slab_index = (size_t)e * kSlabs + slab;
   const int g = global_scale_index<kMats>(e);
   const float gs = kNvfp4 ? gscale[g] * kAccScale : kAccScale;
-  CsfSlab csf{nullptr, nullptr, 0u};
+  CsfSlab csf{nullptr, nullptr, 0u, nullptr};
   if (kCsf) {
     // FC1: a list per slab (both matrices); one-matrix planes: a list per two slabs (csf_scales.cuh).
     const size_t list = kMats == 2 ? slab_index : (size_t)e * ((kSlabs + 1) / 2) + slab / 2;
-    csf = CsfSlab{s_base + slab_index * kMats * 16, s_exc, __ldg(s_exc + list) | (kMats == 2 ? 0u : (u32)(slab & 1) << 31)};
+    csf = CsfSlab{s_base + slab_index * kMats * 16, s_exc, __ldg(s_exc + list) | (kMats == 2 ? 0u : (u32)(slab & 1) << 31),
+                  s_head + list * 32};
   }
   return SlabOperands{w + slab_index * kChunks * kMats * 32 + lane_id(), s + slab_index * kChunks * kMats * kScaleBytes, gs,
                       kNvfp4 && kMats == 2 ? gscale[g + 1] * kAccScale : gs, csf};
@@ -252,7 +254,7 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
 #pragma unroll
   for (int j = 0; j < kDepth; ++j) issue(j, BoolTag<true>{});
   // CSF: the slab's base bytes and list cursor, loaded while the first chunks are in flight.
-  CsfReader<kNvfp4, kMats, kParts> csf_reader;
+  CsfWindowReader<kNvfp4, kMats, kParts> csf_reader;
   if constexpr (kCsf) csf_reader.begin(csf, g, part);
   // Weights never depend on the previous kernel, so a programmatic dependent waits only here, after
   // its first loads are in flight and before touching the previous kernel's outputs (b_rows).

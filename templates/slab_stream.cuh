@@ -73,7 +73,7 @@ struct SlabStreamRing {
     constexpr int kStagesPerSlab = (kChunks + kStageChunks - 1) / kStageChunks;
     const int lane = lane_id(), g = lane >> 2, kofs = 4 * (lane & 3);
     zero_accumulators(acc);
-    CsfReader<kNvfp4, kMats, kWarps> csf_reader;  // a warp's chunks are kWarps apart
+    CsfWindowReader<kNvfp4, kMats, kWarps> csf_reader;  // a warp's chunks are kWarps apart
     if constexpr (kCsf) csf_reader.begin(csf, g, warp);
 #pragma unroll 1
     for (int st = 0; st < kStagesPerSlab; ++st, ++n) {
@@ -88,7 +88,7 @@ struct SlabStreamRing {
           for (int m = 0; m < kMats; ++m)
             oq[i][m] = kChunks % kStageChunks != 0 && c >= kChunks
                            ? 0u
-                           : CsfReader<kNvfp4, kMats, kWarps>::load(csf_offsets + (c * kMats + m) * CG::kBytesPerChunk +
+                           : CsfWindowReader<kNvfp4, kMats, kWarps>::load(csf_offsets + (c * kMats + m) * CG::kBytesPerChunk +
                                                              g * CG::kLaneStride);
         }
       }

@@ -154,6 +154,90 @@ std::vector<uint8_t> kernel_walk(const PreparedScaleGeometry& g, const PreparedC
         }
   return out;
 }
+
+// The decode kernels' reader (templates/csf_scales.cuh CsfWindowReader): as kernel_walk, but the warp
+// holds its list's next 32 words in a window, one per lane, first the list's head; a chunk with records
+// applies those of the window, slides it past the records up to the chunk and, while the list goes on
+// past the window, fills the freed lanes from the list. The warp's 32 lanes are arrays here.
+std::vector<uint8_t> window_walk(const PreparedScaleGeometry& g, const PreparedCsfPlane& p, int parts, bool pairs) {
+  const bool nv = g.format == ScaleFormat::nvfp4;
+  const int chunks = g.chunks(), cb = prepared_csf_chunk_bytes(g.format), lb = nv ? 8 : 4;
+  std::vector<uint8_t> out(g.plain_bytes());
+  const int kmats = g.mats == 2 ? 2 : pairs ? 2 : 1;
+  const int step = g.mats == 2 || !pairs ? 1 : 2;
+  auto popc = [](uint32_t v) { int n = 0; for (; v; v &= v - 1) ++n; return n; };
+  for (int e = 0; e < g.experts; ++e)
+    for (int slab = 0; slab + (kmats == 2 && g.mats == 1 ? 1 : 0) < g.slabs; slab += step)
+      for (int part = 0; part < parts; ++part) {
+        const int64_t slab_index = static_cast<int64_t>(e) * g.slabs + slab;
+        const int64_t list = g.mats == 2 ? slab_index : static_cast<int64_t>(e) * ((g.slabs + 1) / 2) + slab / 2;
+        const size_t base_at = static_cast<size_t>(slab_index * g.mats) * 16;
+        uint32_t win[32];
+        for (int l = 0; l < 32; ++l) win[l] = p.head.at(static_cast<size_t>(list) * 32 + l);
+        uint32_t at = p.exc[static_cast<size_t>(list)] | (g.mats == 2 ? 0u : static_cast<uint32_t>(slab & 1) << 31);
+        int gap = static_cast<int>(win[0] >> 16) - part;
+        for (int c = part; c < chunks; c += parts) {
+          uint32_t xs[32][2], ys[32][2];
+          for (int lane = 0; lane < 32; ++lane)
+            for (int m = 0; m < kmats; ++m) {
+              const int grp = lane >> 2;
+              const size_t b = base_at + 16 * m;
+              const uint32_t pattern = (p.base[b + 2 * grp] | static_cast<uint32_t>(p.base[b + 2 * grp + 1]) << 8) * 0x00010001u;
+              const size_t o = static_cast<size_t>(((slab_index + (g.mats == 1 ? m : 0)) * chunks + c) * g.mats +
+                                                   (g.mats == 2 ? m : 0)) * cb + (nv ? 4 * grp : 0);
+              const uint32_t w = p.offsets[o] | p.offsets[o + 1] << 8 | p.offsets[o + 2] << 16 |
+                                 static_cast<uint32_t>(p.offsets[o + 3]) << 24;
+              xs[lane][m] = nv ? (w & 0x0F0F0F0Fu) + pattern : ((((w >> (lane & 0x1C)) & 0xFu) * 0x00204081u) & 0x01010101u) + pattern;
+              ys[lane][m] = nv ? ((w >> 4) & 0x0F0F0F0Fu) + pattern : 0u;
+            }
+          if (gap <= 0) {
+            const uint32_t cc = (win[0] >> 16) - static_cast<uint32_t>(gap);
+            REQUIRE(cc == static_cast<uint32_t>(c));
+            for (;;) {
+              uint32_t sentinels = 0, passed = 0, here = 0;
+              for (int l = 0; l < 32; ++l) {
+                if (win[l] == kPreparedCsfSentinel) sentinels |= 1u << l;
+                if ((win[l] >> 16) <= cc) passed |= 1u << l;
+                if ((win[l] >> 16) == cc) here |= 1u << l;
+              }
+              const uint32_t live = sentinels ? (sentinels & (0u - sentinels)) - 1u : 0xFFFFFFFFu;
+              passed &= live;
+              here &= live;
+              for (int b = 0; b < 32; ++b) {
+                if (!(here >> b & 1u)) continue;
+                const uint32_t r = win[b], key = (r >> 11) & 0xFu, i = (r >> 8) & 7u, sh = 8u * (i & 3u);
+                for (int lane = 0; lane < 32; ++lane) {
+                  const uint32_t grp = static_cast<uint32_t>(lane >> 2), who = kmats == 2 ? grp : grp | (at >> 31) << 3;
+                  if (!(kmats == 2 ? (key & 7u) == grp : key == who)) continue;
+                  const int m = kmats == 1 ? 0 : static_cast<int>(key >> 3);
+                  uint32_t& word = i < 4 ? xs[lane][m] : ys[lane][m];
+                  word = (word & ~(0xFFu << sh)) | (r & 0xFFu) << sh;
+                }
+              }
+              const int n = popc(passed);
+              uint32_t slid[32];
+              for (int l = 0; l < 32; ++l) slid[l] = l + n < 32 ? win[l + n] : win[l];
+              at += static_cast<uint32_t>(n);
+              for (int l = 0; l < 32; ++l)
+                win[l] = !sentinels && l >= 32 - n ? p.exc.at((at & 0x7FFFFFFFu) + l) : slid[l];
+              if (n < 32) break;
+            }
+            gap = static_cast<int>((win[0] >> 16) - cc);
+          }
+          gap -= parts;
+          for (int lane = 0; lane < 32; lane += 4)
+            for (int m = 0; m < kmats; ++m) {
+              const int64_t unit_slab = slab + (g.mats == 1 ? m : 0);
+              for (int i = 0; i < lb; ++i) {
+                const size_t o = static_cast<size_t>(((((static_cast<int64_t>(e) * g.slabs + unit_slab) * chunks + c) * g.mats +
+                                                       (g.mats == 2 ? m : 0)) * 8 + (lane >> 2)) * lb + i);
+                out[o] = static_cast<uint8_t>((i < 4 ? xs[lane][m] : ys[lane][m]) >> (8 * (i & 3)));
+              }
+            }
+        }
+      }
+  return out;
+}
 }  // namespace
 
 TEST_CASE("prepared csf: the kernels' walk over K parts rebuilds every plain byte", "[csf][prepared]") {
@@ -169,6 +253,7 @@ TEST_CASE("prepared csf: the kernels' walk over K parts rebuilds every plain byt
             if (pairs && mats == 2) continue;
             INFO(to_string(f) << " mats " << mats << " " << kind << " parts " << parts << " slab pairs " << pairs);
             CHECK(kernel_walk(g, p, parts, pairs) == want);
+            CHECK(window_walk(g, p, parts, pairs) == want);
           }
       }
 }
@@ -188,11 +273,16 @@ TEST_CASE("prepared csf: byte layout the kernels read (nibbles, bits, bases, rec
     CHECK(p.offsets[23] == 0x06);
     CHECK(p.base[2 * 3] == 50);
     CHECK(p.base[2 * 7] == 50);  // the base covers the most bytes of the row: the record is 200
-    REQUIRE(p.exc.size() == 2 + 2);  // one list: start, end, its record and the sentinel
+    // One list: start, end, its record and the sentinel, then the window's padding; its head the same.
+    REQUIRE(p.exc.size() == 2 + 2 + kPreparedCsfHead);
     CHECK(p.exc[0] == 2);
     CHECK(p.exc[1] == 4);
     CHECK(p.exc[2] == (0u << 16 | 0u << 14 | 7u << 11 | 0u << 8 | 200u));
     CHECK(p.exc[3] == kPreparedCsfSentinel);
+    CHECK(std::all_of(p.exc.begin() + 4, p.exc.end(), [](uint32_t w) { return w == kPreparedCsfSentinel; }));
+    REQUIRE(p.head.size() == static_cast<size_t>(kPreparedCsfHead));
+    CHECK(p.head[0] == p.exc[2]);
+    CHECK(std::all_of(p.head.begin() + 1, p.head.end(), [](uint32_t w) { return w == kPreparedCsfSentinel; }));
   }
   SECTION("mxfp4: one word per chunk, nibble g, bit i; FC2 lists pair slabs, m = the slab's parity") {
     const PreparedScaleGeometry g = geometry(ScaleFormat::mxfp4, 1, 3, 1, 128);  // 2 chunks, 3 slabs

@@ -42,15 +42,22 @@ PreparedScaleGeometry fc2_prepared_geometry(const LayerSpec& spec);
 int prepared_csf_chunk_bytes(ScaleFormat format);
 // The terminating record of every exception list.
 inline constexpr uint32_t kPreparedCsfSentinel = 0xFFFF0000u;
+// Words of a list's head (a warp's window of records, one per lane) and of sentinels after the last list.
+inline constexpr int kPreparedCsfHead = 32;
 
 struct PreparedCsfPlane {
   std::vector<uint8_t> offsets;  // [E][slabs][chunks][mats][prepared_csf_chunk_bytes]
   std::vector<uint8_t> base;     // [E][slabs][mats][8 row groups][2 rows]
   // List starts [lists + 1] (indices into this array), then each list's records
   // (chunk << 16 | m << 14 | g << 11 | i << 8 | byte, by chunk; m: the matrix, or the slab's parity for
-  // a one-matrix plane) and its sentinel.
+  // a one-matrix plane) and its sentinel; then kPreparedCsfHead sentinels, so a window of that many
+  // words from any record of a list lies inside the array.
   std::vector<uint32_t> exc;
-  size_t bytes() const { return offsets.size() + base.size() + 4 * exc.size(); }
+  // [lists][kPreparedCsfHead]: each list's first words (its records from the start, then its sentinel,
+  // then sentinels), the decode kernels' first window of records, read at an address known without
+  // reading the list's start first.
+  std::vector<uint32_t> head;
+  size_t bytes() const { return offsets.size() + base.size() + 4 * exc.size() + 4 * head.size(); }
   int64_t records(const PreparedScaleGeometry& g) const;  // records other than the sentinels
 };
 

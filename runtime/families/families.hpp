@@ -79,16 +79,25 @@ void set_fc2_common(Params& p, const ForwardContext& ctx) {
 
 // The scale plane `plane` (1 FC1's, 2 FC2's) as `key` reads it: the plain prepared plane in s, or, where
 // key.csf_scales has the plane's bit, the prepared CSF plane (offsets in s, base bytes and exception lists
-// in s_base and s_exc). Throws moejit::Error where the layer holds no such plane.
+// in s_base and s_exc, the lists' heads in *s_head where the kernel takes them). Throws moejit::Error where
+// the layer holds no such plane.
 void select_scale_plane(const ForwardContext& ctx, const KernelKey& key, int plane, DevicePtr& s, DevicePtr& s_base,
-                        DevicePtr& s_exc);
+                        DevicePtr& s_exc, DevicePtr* s_head);
+// The decode kernels' parameters also take the lists' heads (s_head); the batch and prefill kernels' do not.
+template <class Params>
+DevicePtr* csf_heads_of(Params& p) {
+  if constexpr (requires { p.s_head; })
+    return &p.s_head;
+  else
+    return nullptr;
+}
 template <class Params>
 void set_fc1_scales(Params& p, const ForwardContext& ctx, const KernelKey& key) {
-  select_scale_plane(ctx, key, 1, p.s, p.s_base, p.s_exc);
+  select_scale_plane(ctx, key, 1, p.s, p.s_base, p.s_exc, csf_heads_of(p));
 }
 template <class Params>
 void set_fc2_scales(Params& p, const ForwardContext& ctx, const KernelKey& key) {
-  select_scale_plane(ctx, key, 2, p.s, p.s_base, p.s_exc);
+  select_scale_plane(ctx, key, 2, p.s, p.s_base, p.s_exc, csf_heads_of(p));
 }
 
 // An upper bound on the token tiles of `tile` pairs the routing of ctx's tokens can produce, from M alone

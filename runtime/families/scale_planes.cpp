@@ -8,7 +8,7 @@
 namespace moejit::detail {
 
 void select_scale_plane(const ForwardContext& ctx, const KernelKey& key, int plane, DevicePtr& s, DevicePtr& s_base,
-                        DevicePtr& s_exc) {
+                        DevicePtr& s_exc, DevicePtr* s_head) {
   const PreparedLayerImpl& L = ctx.layer;
   const bool fc1 = plane == 1;
   if (key.csf_scales & plane) {
@@ -20,6 +20,7 @@ void select_scale_plane(const ForwardContext& ctx, const KernelKey& key, int pla
     s = b.offsets.ptr();
     s_base = b.base.ptr();
     s_exc = b.exc.ptr();
+    if (s_head) *s_head = b.head.ptr();
     return;
   }
   const DeviceBuffer& plain = fc1 ? L.fc1_s : L.fc2_s;
@@ -30,6 +31,7 @@ void select_scale_plane(const ForwardContext& ctx, const KernelKey& key, int pla
   s = plain.ptr();
   s_base = 0;
   s_exc = 0;
+  if (s_head) *s_head = 0;
 }
 
 }  // namespace moejit::detail
