@@ -251,27 +251,4 @@ MOEJIT_DEVICE void quantize_pieces(u32x2 (&v)[kN], float gs) {
   }
 }
 
-// Quantizes one k16 block of 16 bf16 layer-input values in true K order (lo: K 0..7, hi: K 8..15) that
-// this lane holds whole, in the key's precision (the operand values in the input's units, a4's without
-// 1/gs); the lanes in kLaneMask hold the rest of the scale block (a8: the neighbouring k16 block; a4: none,
-// mask 0). Every lane of the warp must call it. The words go through the quantization one at a time in a
-// rolled loop (the eight rotate back into place): a kernel that calls it beside live MMA accumulators
-// (the warpgroup-MMA batch FC1) has room for one word's temporaries, not for sixteen values' at once.
-template <int kLaneMask>
-MOEJIT_DEVICE void quantize_k16_block(u32x4& lo, u32x4& hi, float gs) {
-  unsigned m = 0;
-  const u32 words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const unsigned a = abs_bits_bf16x2_max(words[i]);
-    m = a > m ? a : m;
-  }
-  m = block_amax_bits<kLaneMask>(m);
-#pragma unroll 1
-  for (int i = 0; i < 8; ++i) {
-    const u32 q = pack_bf16x2(act_quant_value<kActPrecision, 0>(bf16_lo(lo.x), m, gs),
-                              act_quant_value<kActPrecision, 0>(bf16_hi(lo.x), m, gs));
-    lo.x = lo.y, lo.y = lo.z, lo.z = lo.w, lo.w = hi.x, hi.x = hi.y, hi.y = hi.z, hi.z = hi.w, hi.w = q;
-  }
-}
 #endif

@@ -53,9 +53,9 @@ KernelKey act_quant_key(const LayerSpec& spec, Arch arch) {
 }
 
 unsigned act_quant_ctas(const KernelKey& key, long long pairs) {
-  // templates/moe_act_quant.cuh kActQuantRowBlocks.
+  // templates/moe_act_quant.cuh kActQuantRowBlocks, four threads per block.
   const long long row_blocks = key.precision == ActPrecision::a8 ? (key.hidden / 16 + 1) / 2 * 2 : key.hidden / 16;
-  const long long ctas = (pairs * row_blocks + kThreads - 1) / kThreads;
+  const long long ctas = (4 * pairs * row_blocks + kThreads - 1) / kThreads;
   return static_cast<unsigned>(ctas < 1 ? 1 : ctas);
 }
 
