@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The benchmark matrix of the open performance work, one `moejit bench` per row, each with its own time
+# limit so that one slow row cannot take the others' results with it; prints each row's table and keeps
+# the full logs. GPU machine only.
+# usage: tools/gpu_bench.sh MOEJIT LOG_DIR [ROW...]
+#   rows (default: all): precision (a16/a8/a4 side by side), csf (plain vs CSF reads), prefill (the
+#   planned prefill tiles at M = 4096 and 16384 with the dense ceiling), teams (two consumer-warpgroup
+#   teams against the planned tiles at M = 4096), batch (M = 64..2048, the batch regime)
+#   CONFIGS (default: gpt-oss-120b deepseek-v3 qwen3-30b-a3b), ROW_TIMEOUT (seconds, default 150)
+set -u
+cli=$1 logs=$2
+shift 2
+rows=${*:-precision csf prefill teams batch}
+configs=${CONFIGS:-gpt-oss-120b deepseek-v3 qwen3-30b-a3b}
+limit=${ROW_TIMEOUT:-150}
+mkdir -p "$logs"
+export MOEJIT_CACHE_DIR=${MOEJIT_CACHE_DIR:-$logs/cache}
+run_row() {  # name, then the bench arguments
+  local name=$1
+  shift
+  local start=$(date +%s)
+  timeout "$limit" "$cli" bench "$@" > "$logs/$name.log" 2>&1
+  echo "### $name rc=$? $(( $(date +%s) - start ))s: bench $*"
+  grep -E '^(bench| +M | +[0-9]+ |prepared)' "$logs/$name.log"
+}
+for row in $rows; do
+  for c in $configs; do
+    case $row in
+      precision) run_row "precision_$c" --config "$c" --precision a16,a8,a4 --tokens 1,4,32,256,1024,4096 --replays 10 --dense off ;;
+      csf) run_row "csf_$c" --config "$c" --scales csf --tokens 1,4,16,32,64,256 --replays 10 --dense off ;;
+      prefill) run_row "prefill_$c" --config "$c" --family prefill --tokens 4096,16384 --replays 5 --dense on ;;
+      teams)
+        MOEJIT_PREFILL_TILE_FC1=w8n16d6g2 MOEJIT_PREFILL_TILE_FC2=w8n16d7g2 \
+          run_row "teams_g2_$c" --config "$c" --family prefill --tokens 4096 --replays 5 --dense off
+        MOEJIT_PREFILL_TILE_FC1=w8n16d6g2 MOEJIT_PREFILL_TILE_FC2=w8n16d7g2s2 \
+          run_row "teams_g2s2_$c" --config "$c" --family prefill --tokens 4096 --replays 5 --dense off ;;
+      batch) run_row "batch_$c" --config "$c" --tokens 64,128,256,512,1024,2048 --replays 10 --dense on ;;
+      *) echo "gpu_bench.sh: unknown row $row" >&2; exit 2 ;;
+    esac
+  done
+done
