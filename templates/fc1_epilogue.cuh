@@ -40,11 +40,11 @@ MOEJIT_DEVICE void fc1_store_pass(const Params& p, const ExpertWork& work, int s
 // quantized as the reference quantizes the intermediate, from their fp32 values, and stored as the
 // operand times 2^64 (a4 without 1/gs, which FC2 folds into its output multiplier). A column's 16 rows of
 // a slab sit in the 8 lanes of one lane % 4 (rows g and g + 8), so a block's maximum is a reduction over
-// those lanes and the lane's own accumulators. Every lane of warp 0 calls it; sub_valid: bit j set when
-// slab slab0 + j exists. out_gs: a4's global scale of the intermediate (a2_gs of the expert). block_max:
-// where the block's rows continue in another warp (slab_pair_max.cuh: a8 in the warpgroup-MMA kernels, one
-// slab per warp), the exchange of the column maxima with it; a warp without a slab (sub_valid 0) still
-// calls it.
+// those lanes and the lane's own accumulators. Every lane of the warp holding the sums calls it; sub_valid:
+// bit j set when slab slab0 + j exists. out_gs: a4's global scale of the intermediate (a2_gs of the
+// expert). block_max: where the block's rows continue in another warp (slab_pair_max.cuh: a8 in the
+// warpgroup-MMA kernels, one slab per warp, and in the decode FC1's two slab groups), the exchange of the
+// column maxima with it; a warp without a slab (sub_valid 0) still calls it.
 template <int kAct, bool kLimit, bool kBias, int kI, int kMats, int kNT, int kCols, int kSub, bool kMmaOrder = false,
           class Params, class BlockMax = SingleWarpBlock>
 MOEJIT_DEVICE void fc1_store_pass_quantized(const Params& p, const ExpertWork& work, int slab0, u32 sub_valid, int pass,

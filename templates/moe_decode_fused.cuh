@@ -10,6 +10,8 @@ template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kE, int kH, int kI
 __device__ void moe_decode_fused(const DecodeFusedParams& p) {
   const int fc1_slabs = kI / 16, fc2_slabs = kH / 16;
   const int fc1_items = fc1_slabs * p.slots, fc2_items = fc2_slabs * p.slots;
+  // a8: one slab group per CTA (FC2's phase runs kWarps warps), so the even slab's item computes both
+  // slabs of its scale block and the odd slab's returns (moe_decode_fc1_work without kSlabPairs).
   for (int item = blockIdx.x; item < fc1_items; item += gridDim.x) {
     moe_decode_fc1_item<kNvfp4, kAct, kLimit, kBias, kE, kH, kI, kWarps, kNT, kCols, kDepth, kInline, kPrefetchX>(
         p.fc1, item % fc1_slabs, item / fc1_slabs);

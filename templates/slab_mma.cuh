@@ -413,11 +413,15 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
 
 // Sums acc over the CTA's first kWarps warps in warp order into warp 0's registers (other warps' acc is
 // left undefined; warps beyond kWarps, such as a producer warp, do not take part). red must hold
-// kWarps * kNT * kMats * 4 * 32 floats.
-template <int kMats, int kWarps, int kNT>
+// kWarps * kNT * kMats * 4 * 32 floats. kGroups > 1: the first kGroups * kWarps warps are groups of kWarps
+// (group g: warps g * kWarps ..), each summed the same way into its own first warp through its own area
+// of red (kGroups times the size); every warp of every group calls it.
+template <int kMats, int kWarps, int kNT, int kGroups = 1>
 MOEJIT_DEVICE void reduce_over_warps(float (&acc)[kNT][kMats][4], float* red) {
   if (kWarps == 1) return;
-  const int lane = lane_id(), warp = threadIdx.x >> 5;
+  const int lane = lane_id(), cta_warp = threadIdx.x >> 5;
+  const int group = kGroups == 1 ? 0 : cta_warp / kWarps, warp = cta_warp - group * kWarps;
+  red += group * (kWarps * kNT * kMats * 4 * 32);
   if (warp != 0) {
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
@@ -426,7 +430,7 @@ MOEJIT_DEVICE void reduce_over_warps(float (&acc)[kNT][kMats][4], float* red) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) red[(((warp * kNT + nt) * kMats + m) * 4 + i) * 32 + lane] = acc[nt][m][i];
   }
-  sync_first_threads<kWarps * 32>();
+  sync_first_threads<kGroups * kWarps * 32>();
   if (warp == 0) {
     for (int w = 1; w < kWarps; ++w)
 #pragma unroll

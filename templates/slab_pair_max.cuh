@@ -3,7 +3,8 @@
 // consecutive by warp (slab = group * kWarps + warp, kWarps even), so the block of slabs 2j and 2j + 1
 // sits in warps 2w and 2w + 1 of one warpgroup. The pair exchanges its per-column maxima through a small
 // shared-memory area, synchronized by a named barrier of the pair's 64 threads only: no CTA-wide barrier,
-// so the rest of the CTA (other pairs, a producer warpgroup) runs on.
+// so the rest of the CTA (other pairs, a producer warpgroup) runs on. The decode family's a8 FC1 pairs the
+// first warps of its two slab groups the same way (SlabGroupPairBlock).
 #pragma once
 #include "act_quant.cuh"
 
@@ -65,6 +66,38 @@ struct WarpPairBlock {
         for (int c = 0; c < 2; ++c) area[warp * kCols + nt * 8 + 2 * c4 + c] = amax[nt][c];
     slab_pair_sync<kWarps / 2>(warp >> 1);
     const unsigned* other = area + (warp ^ 1) * kCols;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const unsigned o = other[nt * 8 + 2 * c4 + c];
+        amax[nt][c] = o > amax[nt][c] ? o : amax[nt][c];
+      }
+  }
+};
+
+// The decode family's a8 FC1 CTA (templates/moe_decode_fc1.cuh) computes a block's two slabs with two
+// groups of kWarps warps; after each group's reduction over its K parts, its first warp (warp 0 or warp
+// kWarps) holds its slab's sums for kNT n-tiles. Those two warps exchange their maxima through an area of
+// kNT * 8 columns each, behind one named barrier of their 64 threads (the kernel has no warp pairs of
+// WarpPairBlock, whose ids start at the same one). One barrier is enough: the CTA-wide barrier that ends
+// each of the kernel's passes keeps the next exchange from writing the area before the partner has read
+// it. Every lane of both warps calls it, a warp without a slab too (its maxima are 0).
+template <int kWarps, int kNT>
+struct SlabGroupPairBlock {
+  static constexpr int kBlockWarps = 2;
+  template <int kN>
+  MOEJIT_DEVICE void operator()(unsigned (&amax)[kN][2]) const {
+    static_assert(kN == kNT, "the area holds the pass's n-tiles");
+    unsigned* area = slab_pair_area<2, kNT * 8>();
+    const int group = (threadIdx.x >> 5) / kWarps, lane = lane_id(), c4 = lane & 3;
+    if (lane < 4)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) area[group * kNT * 8 + nt * 8 + 2 * c4 + c] = amax[nt][c];
+    named_barrier_64<kSlabPairBarrierBase>();
+    const unsigned* other = area + (group ^ 1) * kNT * 8;
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll

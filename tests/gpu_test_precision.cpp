@@ -3,12 +3,14 @@
 // every format x activation x bias x limit with ids outside the local range (expert parallelism), several
 // M per family (each forced; the batch family's register-fed and warpgroup-MMA tiles apart), skewed
 // routing, short last scale blocks and odd slab counts, every warpgroup-MMA batch and prefill tile giving
-// the same bits, real geometries, a4 scales calibrated as checkpoints calibrate them (scalar and per
-// expert) and saturating on purpose, staged and loaded x giving the same bits, and the tolerance telling a
-// quantized kernel from an a16 one.
+// the same bits, the a8 decode FC1 kernels (two slab groups per CTA, or one in the cooperative kernel)
+// giving the same bits over odd slab counts, real geometries, a4 scales calibrated as checkpoints calibrate
+// them (scalar and per expert) and saturating on purpose, staged and loaded x giving the same bits, and the
+// tolerance telling a quantized kernel from an a16 one.
 #include "catch_compat.hpp"
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "gpu_support.hpp"
@@ -132,7 +134,7 @@ TEST_CASE("a8 and a4 match the reference for every activation, format, bias and 
 
 TEST_CASE("a8 and a4 with short last scale blocks and an odd slab count", "[gpu][precision][tails]") {
   // NVFP4 allows H and I multiples of 16: H = 80 leaves a8's last x block 16 long, I = 176 (11 slabs) its
-  // last intermediate block one slab (the a8 FC1 CTA of slab 10 has no partner slab).
+  // last intermediate block one slab (the last a8 FC1 CTA's second slab group has no slab).
   uint64_t seed = 39500;
   for (ActPrecision p : {ActPrecision::a8, ActPrecision::a4}) {
     LayerSpec spec = small_spec(ScaleFormat::nvfp4, Activation::silu, true, true);
@@ -343,6 +345,61 @@ TEST_CASE("a8 and a4 decode launch structures and FC2 variants match the referen
                              runtime().plan(*layer, m, Family::decode).describe()));
             check_quantized(compare(to_float(run_family(*layer, in, Family::decode)), ref.out_f64));
           }
+    }
+  }
+}
+
+TEST_CASE("a8 decode FC1 over odd slab counts: grid, loop and cooperative kernels give one result",
+          "[gpu][precision][launch][pairs]") {
+  // a8's decode_fc1 and decode_fc1_loop CTAs own a 32-row scale block of the intermediate in two slab
+  // groups; with I / 16 odd (1 and 13 slabs) the last block's second group has no slab and only joins the
+  // barriers. The cooperative kernel keeps one slab group (the even slab's item computes both slabs in
+  // turn). Each sums a slab's K parts in the same order and quantizes the same fp32 values, so under one
+  // tile for FC1 and FC2 (1 to 8 warps per group, 4 and 8 columns, x staged or loaded at one token) the
+  // three give the same bits.
+  const ScopedEnv guard{"MOEJIT_DECODE_LAUNCH", "MOEJIT_DECODE_FC1", "MOEJIT_DECODE_FC2", "MOEJIT_DECODE_TILE"};
+  uint64_t seed = 41000;
+  for (int intermediate : {16, 208}) {
+    LayerSpec spec = small_spec(ScaleFormat::nvfp4, Activation::silu, true, true);
+    spec.experts = 16;
+    spec.top_k = 4;
+    spec.hidden = 352;
+    spec.intermediate = intermediate;
+    const HostLayer host = quantized_layer(spec, ActPrecision::a8, ++seed);
+    auto layer = runtime().prepare(host);
+    for (int m : {1, 5, 16}) {
+      const HostInputs in = make_random_inputs(spec, m, ++seed, true);
+      DeviceInputs d = upload_inputs(runtime(), *layer, in, m);
+      const ReferenceOutput ref = reference_in_precision(host, in);
+      for (const char* tile : {"w1d1c8", "w2d2c4", "w4d1o3c8", "w8d1o2c4"}) {
+        std::vector<uint16_t> first;
+        for (const char* launch : {"pdl", "cooperative"})
+          for (const char* fc1 : {"grid", "loop"}) {
+            const bool cooperative = std::string(launch) == "cooperative";
+            if (cooperative && std::string(fc1) == "loop") continue;
+            ::setenv("MOEJIT_DECODE_LAUNCH", launch, 1);
+            ::setenv("MOEJIT_DECODE_FC1", fc1, 1);
+            ::setenv("MOEJIT_DECODE_FC2", "split", 1);
+            ::setenv("MOEJIT_DECODE_TILE", tile, 1);
+            const Plan plan = runtime().plan(*layer, m, Family::decode);
+            INFO(fmt::format("I={} M={} tile {} launch {} FC1 {} plan: {}", intermediate, m, tile, launch, fc1,
+                             plan.describe()));
+            const auto fc1_key = std::find_if(plan.kernels.begin(), plan.kernels.end(), [](const KernelKey& k) {
+              return k.kind == KernelKind::decode_fc1 || k.kind == KernelKind::decode_fc1_loop ||
+                     k.kind == KernelKind::decode_fused;
+            });
+            REQUIRE(fc1_key != plan.kernels.end());
+            CHECK(fc1_key->kind == (cooperative                  ? KernelKind::decode_fused
+                                    : std::string(fc1) == "loop" ? KernelKind::decode_fc1_loop
+                                                                 : KernelKind::decode_fc1));
+            const auto out = run_poisoned(runtime(), *layer, d, m, Family::decode);
+            check_quantized(compare(to_float(out), ref.out_f64));
+            if (first.empty())
+              first = out;
+            else
+              CHECK(out == first);
+          }
+      }
     }
   }
 }

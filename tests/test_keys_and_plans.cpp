@@ -1042,6 +1042,20 @@ TEST_CASE("a8 and a4: keys, the kernel that refuses them, and plans with a16's f
           }
           CHECK(same.normalized() == plan16.kernels[i]);
         }
+        if (k.kind == KernelKind::decode_fc1 || k.kind == KernelKind::decode_fc1_loop) {
+          // a8's CTAs hold two slab groups of a16's warps (one 32-row scale block), at half a16's CTAs per
+          // SM rounded up, so that the grid of half as many CTAs keeps a16's waves; a4's are a16's.
+          const KernelKey& k16 = plan16.kernels[i];
+          const bool pairs = p == ActPrecision::a8;
+          KernelKey same = k;
+          same.precision = ActPrecision::a16;
+          same.min_blocks = k16.min_blocks;
+          CHECK(same.normalized() == k16);
+          CHECK(k.min_blocks == (pairs ? (k16.min_blocks + 1) / 2 : k16.min_blocks));
+          CHECK(kernel_threads(k) == (pairs ? 2 : 1) * kernel_threads(k16));
+          CHECK(decode_fc1_items_per_slot(k) == (pairs ? (s.intermediate / 16 + 1) / 2 : s.intermediate / 16));
+          CHECK(decode_register_cap(k) >= (pairs ? 64 : decode_register_cap(k16)));
+        }
       }
     }
     for (const KernelKey& k : tuned_plan(s16, Arch::sm_90a, 16, 132).kernels) CHECK(k.kind != KernelKind::act_quant);
@@ -1056,6 +1070,38 @@ TEST_CASE("a8 and a4: keys, the kernel that refuses them, and plans with a16's f
     ::setenv("MOEJIT_DECODE_FC1", "stream", 1);
     CHECK_THROWS_WITH(tuned_plan(s, Arch::sm_90a, 16, 132), Catch::Contains("a16 only"));
     ::unsetenv("MOEJIT_DECODE_FC1");
+    // a8's decode_fc1 / decode_fc1_loop CTAs hold two slab groups of `warps` warps (at most 16 per group);
+    // the cooperative kernel keeps one group, and a16's tile and CTAs per SM.
+    const bool pairs = p == ActPrecision::a8;
+    for (KernelKind kind : {KernelKind::decode_fc1, KernelKind::decode_fc1_loop, KernelKind::decode_fused}) {
+      KernelKey fc1 = layer_key_for_test(s);
+      fc1.kind = kind;
+      fc1.inline_route = true;
+      fc1.warps = 16;
+      const bool grouped = pairs && kind != KernelKind::decode_fused;
+      CHECK(kernel_threads(fc1) == (grouped ? 1024 : 512));
+      CHECK(decode_fc1_items_per_slot(fc1.normalized()) ==
+            (grouped ? (s.intermediate + 31) / 32 : s.intermediate / 16));
+      fc1.warps = 17;
+      if (grouped)
+        CHECK_THROWS_WITH(fc1.normalized(), Catch::Contains("two slab groups"));
+      else
+        CHECK(kernel_threads(fc1) == 17 * 32);
+    }
+    {
+      ScopedEnv launch{"MOEJIT_DECODE_LAUNCH"};
+      ::setenv("MOEJIT_DECODE_LAUNCH", "cooperative", 1);
+      // SM12x: fewer threads per SM bound the CTAs per SM (gpt-oss at M = 2 on 188 SMs: 8 CTAs of 4 warps).
+      for (const auto& [arch, sms] :
+           {std::pair{Arch::sm_90a, 132}, std::pair{Arch::sm_120a, 188}, std::pair{Arch::sm_121a, 48}})
+        for (int m : {1, 2, 4, 16}) {
+          KernelKey fused = tuned_plan(s, arch, m, sms).kernels.back();
+          const KernelKey fused16 = tuned_plan(s16, arch, m, sms).kernels.back();
+          REQUIRE(fused.kind == KernelKind::decode_fused);
+          fused.precision = ActPrecision::a16;
+          CHECK(fused.normalized() == fused16);
+        }
+    }
     // The warpgroup-MMA batch tiles and the prefill family take both precisions, with one slab per warp.
     KernelKey wg = layer_key_for_test(s);
     wg.kind = KernelKind::batch_fc1;

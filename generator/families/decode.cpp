@@ -54,6 +54,9 @@ void normalize(KernelKey& k, const KernelKey& original) {
     fail(fmt::format("decode_fc1_stream computes in a16 only, not {} (use decode_fc1 or decode_fc1_loop)",
                      to_string(k.precision)));
   if (k.x_staged && k.ntiles != 1) fail("a staged x row serves one 8-column tile (ntiles 1)");
+  // a8's FC1 CTA computes both slabs of a scale block with a group of warps each, within 1024 threads.
+  if (decode_fc1_slab_groups(k) == 2 && k.warps > 16)
+    fail("a8's decode FC1 CTA holds two slab groups of `warps` warps, so warps must be in [1, 16]");
   if ((k.kind == KernelKind::decode_fc2_sum || k.kind == KernelKind::decode_fc1_loop ||
        k.kind == KernelKind::decode_fc1_stream) &&
       !k.inline_route)
@@ -65,7 +68,9 @@ void normalize(KernelKey& k, const KernelKey& original) {
   }
 }
 
-int threads(const KernelKey& key) { return (key.warps + (key.kind == KernelKind::decode_fc1_stream ? 1 : 0)) * 32; }
+int threads(const KernelKey& key) {
+  return (key.warps * decode_fc1_slab_groups(key) + (key.kind == KernelKind::decode_fc1_stream ? 1 : 0)) * 32;
+}
 
 // The streaming ring of decode_fc1_stream: barriers, then depth stages of warps x parts chunks
 // (templates/slab_stream.cuh: SlabStreamRing::kBytes).
@@ -80,15 +85,16 @@ int dynamic_smem(const KernelKey& key) {
   return key.kind == KernelKind::decode_fc1_stream ? stream_ring_bytes(key) : 0;
 }
 
-// A staged x row: each warp's part at 128 bytes per chunk after 256 bytes of zeros.
+// A staged x row: each warp's part at 128 bytes per chunk after 256 bytes of zeros (every slab group
+// stages its own copy).
 int staged_x_bytes(const KernelKey& key) {
   const int chunks = (key.hidden + 63) / 64;
-  return key.warps * (256 + (chunks + key.warps - 1) / key.warps * 128);
+  return decode_fc1_slab_groups(key) * key.warps * (256 + (chunks + key.warps - 1) / key.warps * 128);
 }
 
-// FC1's cross-warp reduction buffer (templates/moe_decode_fc1.cuh: red).
+// FC1's cross-warp reduction buffer (templates/moe_decode_fc1.cuh: red), an area per slab group.
 int fc1_reduction_bytes(const KernelKey& key) {
-  return key.warps > 1 ? key.warps * key.ntiles * fc1_mats(key) * 4 * 32 * 4 : 0;
+  return key.warps > 1 ? decode_fc1_slab_groups(key) * key.warps * key.ntiles * fc1_mats(key) * 4 * 32 * 4 : 0;
 }
 
 // The register-fed kinds, whose chunk loop is shaped by their register cap.
@@ -191,6 +197,16 @@ std::string source(const KernelKey& key, const std::string& entry) {
 }
 
 }  // namespace
+
+int decode_fc1_slab_groups(const KernelKey& key) {
+  const bool fc1 = key.kind == KernelKind::decode_fc1 || key.kind == KernelKind::decode_fc1_loop;
+  return fc1 && key.precision == ActPrecision::a8 ? 2 : 1;
+}
+
+int decode_fc1_items_per_slot(const KernelKey& key) {
+  const int slabs = key.intermediate / 16, groups = decode_fc1_slab_groups(key);
+  return (slabs + groups - 1) / groups;
+}
 
 int staged_x_cta_bytes(const KernelKey& key) {
   return staged_x_bytes(key) + fc1_reduction_bytes(key) + inline_route_list_bytes(key);

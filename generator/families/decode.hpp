@@ -16,6 +16,15 @@ namespace moejit::detail {
 inline constexpr int kInlineRouteMaxPairs = 128;
 inline constexpr int kInlineRoutePairsNarrow = 64;
 
+// Slab groups of a decode FC1 CTA: 2 for a8's decode_fc1 and decode_fc1_loop, whose CTA owns one 32-row
+// scale block of the intermediate (slabs 2j and 2j + 1) and computes each slab with a group of `warps`
+// warps (templates/moe_decode_fc1.cuh), so its block is 2 x warps x 32 threads and its grid has
+// ceil(I / 32) CTAs per slot; 1 for every other key (decode_fused keeps one group: a8's even-slab item
+// computes both slabs in turn). Pure.
+int decode_fc1_slab_groups(const KernelKey& key);
+// FC1's CTAs (decode_fc1) or items (decode_fc1_loop, decode_fused) per expert slot: I / 16 slabs, or the
+// ceil(I / 32) scale blocks of two slab groups. Pure.
+int decode_fc1_items_per_slot(const KernelKey& key);
 // CTAs per SM a decode kernel's register cap is built for (__launch_bounds__' second argument): the
 // key's min_blocks, else at least 512 resident threads per SM (1 for wide token tiles; a streaming FC1
 // as many as its shared memory allows).
@@ -30,7 +39,7 @@ int decode_register_cap(const KernelKey& key);
 bool decode_activation_ring(const KernelKey& key);
 // Static shared memory of a decode_fc1 CTA that stages its x row (KernelKey::x_staged): each warp's part of
 // the row at 128 bytes per chunk after 256 bytes of zeros (templates/slab_mma.cuh: kStageZeros), the
-// cross-warp reduction buffer and the inline routing list. Pure.
+// cross-warp reduction buffer (both per slab group) and the inline routing list. Pure.
 int staged_x_cta_bytes(const KernelKey& key);
 // The most (token, slot) pairs a key's inline routing covers: 64 (i1) or 128 (i2); 0 without. Pure.
 int inline_route_pairs(const KernelKey& key);

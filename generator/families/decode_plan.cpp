@@ -202,6 +202,21 @@ void retune_fc1_loop(KernelKey& fc1) {
     fc1.min_blocks = 5;
 }
 
+// a8's FC1 CTAs hold two slab groups (decode_fc1_slab_groups), while the rules above choose tiles of
+// one-slab CTAs (a8 plans take a16's tiles). A CTA of two groups stands for two one-slab CTAs of the tile,
+// so the kernel's CTAs per SM are half the tile's, rounded up: the grid of half as many CTAs then keeps
+// the one-slab grid's waves, and an odd count leaves each thread fewer registers instead of adding a wave.
+KernelKey with_slab_groups(KernelKey fc1) {
+  if (decode_fc1_slab_groups(fc1) == 2 && fc1.min_blocks > 0) fc1.min_blocks = (fc1.min_blocks + 1) / 2;
+  return fc1;
+}
+
+// The CTAs per SM of FC1's tile in one-slab CTAs, whatever the precision builds of it.
+int one_slab_ctas_per_sm(KernelKey fc1) {
+  fc1.precision = ActPrecision::a16;
+  return decode_ctas_per_sm(fc1);
+}
+
 }  // namespace
 
 Plan plan_decode(const PlanRequest& r) {
@@ -230,7 +245,7 @@ Plan plan_decode(const PlanRequest& r) {
   KernelKey fc2 = plan_fc2(spec, fc1, tokens, experts_touched, sms,
                            fc1.inline_route && !cooperative && tuning.decode_fc2_sum.value_or(fc2_sum_default));
   const double fc1_ctas = spec.intermediate / 16 * experts_touched;
-  const bool fc1_multi_wave = fc1_ctas > static_cast<double>(sms) * decode_ctas_per_sm(fc1);
+  const bool fc1_multi_wave = fc1_ctas > static_cast<double>(sms) * one_slab_ctas_per_sm(fc1);
   const int fc1_warp_chunks = fc1_chunks_per_warp(fc1);
   if (fc1.inline_route && !cooperative) {
     // FC1 grids of more than one wave with inline routing: one wave of CTAs walks the items (v6); long
@@ -250,11 +265,12 @@ Plan plan_decode(const PlanRequest& r) {
   }
   // One token: an FC1 grid without the activation ring stages its x row in shared memory (v9), where the
   // staged CTAs still fit the SM's shared memory at the CTAs per SM the tile is built for (SM12x: 100 KiB).
+  const KernelKey built = with_slab_groups(fc1);
   fc1.x_staged = tokens == 1 && fc1.kind == KernelKind::decode_fc1 && fc1.ntiles == 1 && !cooperative &&
-                 !decode_activation_ring(fc1);
+                 !decode_activation_ring(built);
   if (fc1.x_staged) {
     const ArchLimits& limits = arch_limits(fc1.arch);
-    fc1.x_staged = decode_ctas_per_sm(fc1) * (staged_x_cta_bytes(fc1) + limits.smem_reserved) <= limits.smem_per_sm;
+    fc1.x_staged = decode_ctas_per_sm(built) * (staged_x_cta_bytes(built) + limits.smem_reserved) <= limits.smem_per_sm;
   }
   // FC1 grids of several waves behind the route kernel: 2-warp CTAs at 85 registers, 12 per SM (v14).
   if (!fc1.inline_route && fc1.kind == KernelKind::decode_fc1 && fc1.ntiles == 1 && fc1_ctas > 8.0 * sms) {
@@ -264,20 +280,21 @@ Plan plan_decode(const PlanRequest& r) {
   fc1.columns = decode_columns(tokens, fc1, tuning);
   fc2.columns = decode_columns(tokens, fc2, tuning);
   retune_fc1_loop(fc1);
+  // One block shape for both phases of the cooperative kernel: FC1's tile, in one slab group.
+  if (cooperative)
+    fc1.kind = KernelKind::decode_fused;
+  else
+    fc1 = with_slab_groups(fc1);
   // MOEJIT_DECODE_TILE_FC1 / _FC2 (or MOEJIT_DECODE_TILE for both) override the tiles, for sweeps.
   if (const auto& t = tuning.decode_tile_fc1 ? tuning.decode_tile_fc1 : tuning.decode_tile) t->apply(fc1);
   if (const auto& t = tuning.decode_tile_fc2 ? tuning.decode_tile_fc2 : tuning.decode_tile) t->apply(fc2);
   // The key states what its launch bounds promise: at most the CTAs the architecture keeps resident.
   for (KernelKey* k : {&fc1, &fc2})
     if (k->min_blocks > 0) k->min_blocks = decode_ctas_per_sm(*k);
-  if (cooperative) {
-    // One block shape for both phases: FC1's tile.
-    KernelKey fused = fc1;
-    fused.kind = KernelKind::decode_fused;
-    plan.kernels = {fused.normalized()};
-  } else {
+  if (cooperative)
+    plan.kernels = {fc1.normalized()};
+  else
     plan.kernels = {fc1.normalized(), fc2.normalized()};
-  }
   if (!fc1.inline_route) plan.kernels.insert(plan.kernels.begin(), route_key(spec, r.arch));
   return plan;
 }

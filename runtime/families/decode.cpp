@@ -46,11 +46,13 @@ void launch_two(const ForwardContext& ctx, const KernelKey& fc1_key, const Kerne
   const LayerSpec& spec = ctx.layer.spec();
   const unsigned slots = slot_capacity(ctx);
   DecodeFc1Params p1 = fc1_params(ctx, fc1_key);
-  LaunchShape s1{static_cast<unsigned>(spec.intermediate / 16), slots, 1, static_cast<unsigned>(fc1_key.warps * 32), 0};
+  // One CTA per (slab, slot) item; a8's per (32-row scale block, slot), in two slab groups of warps.
+  const unsigned per_slot = static_cast<unsigned>(decode_fc1_items_per_slot(fc1_key));
+  LaunchShape s1{per_slot, slots, 1, static_cast<unsigned>(kernel_threads(fc1_key)), 0};
   if (fc1_key.kind == KernelKind::decode_fc1_loop || fc1_key.kind == KernelKind::decode_fc1_stream) {
-    // One wave walks the (slab, slot) items: as many CTAs as the register cap (and a streaming kernel's
-    // ring) keeps resident, at most one per item.
-    const unsigned items = static_cast<unsigned>(spec.intermediate / 16) * slots;
+    // One wave walks the items: as many CTAs as the register cap (and a streaming kernel's ring) keeps
+    // resident, at most one per item.
+    const unsigned items = per_slot * slots;
     const unsigned wave = static_cast<unsigned>(ctx.sm_count * decode_ctas_per_sm(fc1_key));
     s1 = LaunchShape{std::min(items, wave), 1, 1, static_cast<unsigned>(kernel_threads(fc1_key)),
                      static_cast<unsigned>(kernel_dynamic_smem(fc1_key))};
