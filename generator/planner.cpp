@@ -66,19 +66,26 @@ std::string Plan::describe() const {
   return s;
 }
 
+namespace {
+// A key reading the planes of csf_scales: the bits its kind reads, and, for the decode family, the tile fitted
+// to its CSF scale stages (fit_decode_csf_key).
+KernelKey csf_key(KernelKey k, int csf_scales) {
+  k.csf_scales = csf_scales;
+  k = k.normalized();
+  if (detail::family_of(k.kind).family == Family::decode) k = detail::fit_decode_csf_key(k);
+  return k;
+}
+}  // namespace
+
 Plan with_csf_scales(Plan plan, int csf_scales) {
-  for (KernelKey& k : plan.kernels) {
-    k.csf_scales = csf_scales;
-    k = k.normalized();
-  }
+  for (KernelKey& k : plan.kernels) k = csf_key(k, csf_scales);
   return plan;
 }
 
 std::vector<KernelKey> with_csf_scales(std::vector<KernelKey> keys, int csf_scales) {
   std::vector<KernelKey> out;
-  for (KernelKey k : keys) {
-    k.csf_scales = csf_scales;
-    k = k.normalized();
+  for (const KernelKey& raw : keys) {
+    const KernelKey k = csf_key(raw, csf_scales);
     if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
   }
   return out;

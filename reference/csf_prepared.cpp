@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 
 #include "moejit/error.hpp"
@@ -92,10 +93,12 @@ PreparedScaleGeometry fc2_prepared_geometry(const LayerSpec& spec) {
 int prepared_csf_chunk_bytes(ScaleFormat format) { return format == ScaleFormat::nvfp4 ? 32 : 4; }
 
 int64_t PreparedCsfPlane::records(const PreparedScaleGeometry& g) const {
-  return static_cast<int64_t>(exc.size()) - (g.lists() + 1) - g.lists() - kPreparedCsfHead;
+  return static_cast<int64_t>(exc.size()) - (g.lists() + 1) - g.lists() - kPreparedCsfTail;
 }
 
-PreparedCsfPlane build_prepared_csf(const PreparedScaleGeometry& g, const uint8_t* logical) {
+PreparedCsfPlane build_prepared_csf(const PreparedScaleGeometry& g, const uint8_t* logical, int head_words) {
+  if (head_words != 0 && !prepared_csf_head_words_valid(head_words))
+    throw Error(fmt::format("prepared CSF scales: a list's head is 32, 64 or 128 words, not {}", head_words));
   const int chunks = g.chunks();
   if (chunks >= 0xFFFF)
     throw Error(fmt::format("prepared CSF scales: K = {} has {} chunks of 64; records hold chunk indices below 65535",
@@ -157,18 +160,29 @@ PreparedCsfPlane build_prepared_csf(const PreparedScaleGeometry& g, const uint8_
       rec.push_back(kPreparedCsfSentinel);
     }
   });
-  size_t total = static_cast<size_t>(lists) + 1 + kPreparedCsfHead;
+  size_t total = static_cast<size_t>(lists) + 1 + kPreparedCsfTail;
   for (const auto& r : records) total += r.size();
   if (total > 0x7FFFFFFFull) throw Error("prepared CSF scales: more than 2^31 exception words in one plane");
   p.exc.assign(total, kPreparedCsfSentinel);
-  p.head.assign(static_cast<size_t>(lists) * kPreparedCsfHead, kPreparedCsfSentinel);
+  // A list longer than its head costs the decode warp that reads it two dependent round trips (its start,
+  // then its words) before its first chunk, and such a warp is where a one-wave grid's end waits; a longer
+  // head costs 128 or 256 bytes per list and slab read. So the head holds the plane's longest list.
+  if (head_words == 0) {
+    size_t longest = 0;
+    for (const auto& r : records) longest = std::max(longest, r.size());
+    head_words = kPreparedCsfHeadLeast;
+    while (head_words < kPreparedCsfHeadMost && longest > static_cast<size_t>(head_words)) head_words *= 2;
+  }
+  p.head_words = head_words;
+  const size_t hw = static_cast<size_t>(head_words);
+  p.head.assign(static_cast<size_t>(lists) * hw, kPreparedCsfSentinel);
   size_t at = static_cast<size_t>(lists) + 1;
   for (int64_t list = 0; list < lists; ++list) {
     p.exc[static_cast<size_t>(list)] = static_cast<uint32_t>(at);
     const std::vector<uint32_t>& r = records[static_cast<size_t>(list)];
     for (size_t j = 0; j < r.size(); ++j) {
       p.exc[at++] = r[j];
-      if (j < static_cast<size_t>(kPreparedCsfHead)) p.head[static_cast<size_t>(list) * kPreparedCsfHead + j] = r[j];
+      if (j < hw) p.head[static_cast<size_t>(list) * hw + j] = r[j];
     }
   }
   p.exc[static_cast<size_t>(lists)] = static_cast<uint32_t>(at);
@@ -196,7 +210,8 @@ std::vector<uint8_t> expand_prepared_csf(const PreparedScaleGeometry& g, const P
   const int64_t lists = g.lists(), units_total = static_cast<int64_t>(g.experts) * g.slabs * g.mats;
   if (p.offsets.size() != static_cast<size_t>(units_total) * chunks * cb ||
       p.base.size() != static_cast<size_t>(units_total) * 16 || p.exc.size() < static_cast<size_t>(lists) + 1 ||
-      p.head.size() != static_cast<size_t>(lists) * kPreparedCsfHead)
+      !prepared_csf_head_words_valid(p.head_words) ||
+      p.head.size() != static_cast<size_t>(lists) * p.head_words)
     throw Error("expand_prepared_csf: the plane's arrays do not have the geometry's sizes");
   std::vector<uint8_t> out(g.plain_bytes());
   for (int64_t list = 0; list < lists; ++list) {
@@ -204,12 +219,12 @@ std::vector<uint8_t> expand_prepared_csf(const PreparedScaleGeometry& g, const P
     uint32_t mbit[2];
     const int n = list_units(g, list, units, mbit);
     uint32_t cursor = p.exc.at(static_cast<size_t>(list));
-    // The head is the list's first words, sentinel-padded; and a window from any of the list's words
-    // stays inside the array.
+    // The head is the list's first words, sentinel-padded; and 32 words from any of the list's words
+    // stay inside the array.
     bool past = false;  // past the list's sentinel: the head holds sentinels
-    for (int j = 0; j < kPreparedCsfHead; ++j) {
+    for (int j = 0; j < p.head_words; ++j) {
       const uint32_t want = past ? kPreparedCsfSentinel : p.exc.at(cursor + j);
-      if (p.head[static_cast<size_t>(list) * kPreparedCsfHead + j] != want)
+      if (p.head[static_cast<size_t>(list) * p.head_words + j] != want)
         throw Error(fmt::format("expand_prepared_csf: list {}'s head differs from its records at word {}", list, j));
       past = past || want == kPreparedCsfSentinel;
     }
@@ -249,8 +264,8 @@ std::vector<uint8_t> expand_prepared_csf(const PreparedScaleGeometry& g, const P
     }
     if (p.exc.at(cursor) != kPreparedCsfSentinel)
       throw Error(fmt::format("expand_prepared_csf: list {} has a record out of chunk order", list));
-    if (p.exc.size() < cursor + static_cast<size_t>(kPreparedCsfHead))
-      throw Error(fmt::format("expand_prepared_csf: list {}'s last window runs past the array", list));
+    if (p.exc.size() < cursor + static_cast<size_t>(kPreparedCsfTail))
+      throw Error(fmt::format("expand_prepared_csf: list {}'s last 32 words run past the array", list));
   }
   return out;
 }

@@ -23,6 +23,7 @@ struct PreparedLayerImpl final : PreparedLayer {
   // kernel reads CSF; an a8/a4 layer keeps them for its kernels (runtime/runtime.cpp prepare).
   struct CsfBuffers {
     DeviceBuffer offsets, base, exc, head;
+    int head_words = 0;  // PreparedCsfPlane::head_words
     size_t bytes() const { return offsets.size() + base.size() + exc.size() + head.size(); }
   };
   CsfBuffers fc1_csf_s, fc2_csf_s;

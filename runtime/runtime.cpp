@@ -197,6 +197,7 @@ std::shared_ptr<PreparedLayer> Runtime::prepare(const HostLayer& layer, const Pr
     out.base = DeviceBuffer::from(p.base);
     out.exc = DeviceBuffer::from(p.exc);
     out.head = DeviceBuffer::from(p.head);
+    out.head_words = p.head_words;
     return true;
   };
   impl.fc1_csf = csf_plane(layer.w13_scale_csf.has_value(), fc1_plain, fc1_prepared_geometry(spec), impl.fc1_csf_s);

@@ -99,6 +99,11 @@ __device__ void moe_decode_fc1_work(const DecodeFc1Params& p, const ExpertWork& 
   }
   const SlabOperands ops = slab_operands<kNvfp4, kChunks, kMats, kSlabs, kCsfFc1>(p.w, p.s, p.gscale, work.expert,
                                                                                     slab MOEJIT_FC1_CSF_PLANES(p));
+  // CSF: each warp rebuilds its part's scale bytes into its own area of the CTA's stage.
+  using CsfStageFc1 = CsfStage<kNvfp4, kMats, kChunks, kWarps>;
+  u8* csf_area = nullptr;
+  if constexpr (kCsfFc1)
+    csf_area = csf_stage_area<kWarps * CsfStageFc1::kWarpBytes>() + warp * CsfStageFc1::kWarpBytes;
 
   for (int pass = 0; pass < work.count; pass += kCols * kNT) {
     const u16* rows[kNT];
@@ -106,7 +111,7 @@ __device__ void moe_decode_fc1_work(const DecodeFc1Params& p, const ExpertWork& 
         pass, work.count, [&](int t) { return p.x + (size_t)(work.pairs[t] / p.route.top_k) * kH; }, rows);
     float acc[kNT][kMats][4];
     slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kCols, kDepth, true, kPrefetchX, false, kCsfFc1>(
-        ops.w, ops.s, rows, live, acc, false, warp, x_stage + (kXStaged ? warp * kStageArea : 0), ops.csf);
+        ops.w, ops.s, rows, live, acc, false, warp, x_stage + (kXStaged ? warp * kStageArea : 0), ops.csf, csf_area);
     reduce_over_warps<kMats, kWarps, kNT>(acc, red);
     if (warp == 0) fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, kCols>(p, work, slab, pass, live, acc, ops.gs,
                                                                                       ops.gs_up);

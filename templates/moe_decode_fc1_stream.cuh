@@ -52,6 +52,11 @@ __device__ void moe_decode_fc1_stream(const DecodeFc1Params& p) {
     return;
   }
 
+  // CSF: each consumer warp rebuilds its chunks' scale bytes into its own area of the CTA's stage.
+  using CsfStageFc1 = typename Ring::template CsfStageOf<kH>;
+  u8* csf_area = nullptr;
+  if constexpr (kCsfFc1)
+    csf_area = csf_stage_area<kWarps * CsfStageFc1::kWarpBytes, Ring::kBytes>() + warp * CsfStageFc1::kWarpBytes;
   u32 n = 0;
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     const int slot = item / kSlabs, slab = item % kSlabs;
@@ -68,7 +73,7 @@ __device__ void moe_decode_fc1_stream(const DecodeFc1Params& p) {
       // CSF: the slab's offsets and side arrays (the producer copies weights only).
       const SlabOperands ops =
           slab_operands<kNvfp4, kChunks, kMats, kSlabs, kCsfFc1>(p.w, p.s, p.gscale, work.expert, slab MOEJIT_FC1_CSF_PLANES(p));
-      ring.template mma_slab<kH, kNT, kCols, true>(rows, live, acc, warp, n, ops.s, ops.csf);
+      ring.template mma_slab<kH, kNT, kCols, true>(rows, live, acc, warp, n, ops.s, ops.csf, csf_area);
       reduce_over_warps<kMats, kWarps, kNT>(acc, red);
       if (warp == 0) fc1_store_pass<kAct, kLimit, kBias, kI, kMats, kNT, kCols>(p, work, slab, pass, live, acc, gs, gs_up);
       sync_first_threads<kWarps * 32>();  // red is reused by the next pass

@@ -32,6 +32,11 @@ __device__ void moe_decode_fc2_item(const DecodeFc2Params& p, int slab, int slot
   if (slot < work.num_active) {
     const int e = work.expert, count = work.count;
     const SlabOperands ops = slab_operands<kNvfp4, kChunks, 1, kSlabs, kCsfFc2>(p.w, p.s, p.gscale, e, slab MOEJIT_FC2_CSF_PLANES(p));
+    // CSF: each warp rebuilds its part's scale bytes into its own area of the CTA's stage.
+    using CsfStageFc2 = CsfStage<kNvfp4, 1, kChunks, kWarps>;
+    u8* csf_area = nullptr;
+    if constexpr (kCsfFc2)
+      csf_area = csf_stage_area<kWarps * CsfStageFc2::kWarpBytes>() + warp * CsfStageFc2::kWarpBytes;
     const float gs = kActPrecision == kActA4 ? ops.gs * act_unscale(act_fc2_gs(p.gscale, e)) : ops.gs;  // a4: 1/a2_gs
     for (int pass = 0; pass < count; pass += kCols * kNT) {
       const u16* rows[kNT];
@@ -39,7 +44,7 @@ __device__ void moe_decode_fc2_item(const DecodeFc2Params& p, int slab, int slot
       float acc[kNT][1][4];
       // The first pass waits for FC1 after issuing its first weight loads.
       slab_mma<kNvfp4, kI, 1, kWarps, kNT, kCols, kDepth, false, kPrefetchX, false, kCsfFc2>(
-          ops.w, ops.s, rows, live, acc, !waited, warp, nullptr, ops.csf);
+          ops.w, ops.s, rows, live, acc, !waited, warp, nullptr, ops.csf, csf_area);
       waited = true;
       reduce_over_warps<1, kWarps, kNT>(acc, red);
       if (warp == 0)

@@ -43,6 +43,11 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
   const int warp = threadIdx.x >> 5;
   const int units = route.num_active * kParts;
   bool waited = false;
+  // CSF: each warp rebuilds its unit's scale bytes into its own area of the CTA's stage.
+  using CsfStageFc2 = CsfStage<kNvfp4, kSlabsPerCta, kChunks, kParts, kSlabsPerCta == 2>;
+  u8* csf_area = nullptr;
+  if constexpr (kCsfFc2)
+    csf_area = csf_stage_area<kWarps * CsfStageFc2::kWarpBytes>() + warp * CsfStageFc2::kWarpBytes;
 #ifdef MOEJIT_TRACE
   MOEJIT_TRACE_WARP(0, trace_now());
   MOEJIT_TRACE_WARP(7, 3ull << 32 | trace_smid());
@@ -60,7 +65,7 @@ __device__ void moe_decode_fc2_sum(const DecodeFc2Params& p) {
       float acc[kNT][kSlabsPerCta][4];
       // The warp's first unit waits for FC1 after issuing its first weight loads.
       slab_mma<kNvfp4, kI, kSlabsPerCta, kParts, kNT, kCols, kDepth, false, kPrefetchX, kSlabsPerCta == 2, kCsfFc2>(
-          ops.w, ops.s, rows, live, acc, !waited, part, nullptr, ops.csf);
+          ops.w, ops.s, rows, live, acc, !waited, part, nullptr, ops.csf, csf_area);
 #ifdef MOEJIT_TRACE
       if (!waited) MOEJIT_TRACE_WARP(1, trace_now());
       MOEJIT_TRACE_WARP(2, trace_now());

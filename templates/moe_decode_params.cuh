@@ -15,12 +15,12 @@
 #endif
 // The arguments slab_operands takes for a CSF plane where the fields exist.
 #if defined(__CUDACC__) && (MOEJIT_CSF_FC1 || MOEJIT_CSF_FIELDS)
-#define MOEJIT_FC1_CSF_PLANES(p) , (p).s_base, (p).s_exc, (p).s_head
+#define MOEJIT_FC1_CSF_PLANES(p) , (p).s_base, (p).s_exc, (p).s_head, (p).s_head_words
 #else
 #define MOEJIT_FC1_CSF_PLANES(p)
 #endif
 #if defined(__CUDACC__) && (MOEJIT_CSF_FC2 || MOEJIT_CSF_FIELDS)
-#define MOEJIT_FC2_CSF_PLANES(p) , (p).s_base, (p).s_exc, (p).s_head
+#define MOEJIT_FC2_CSF_PLANES(p) , (p).s_base, (p).s_exc, (p).s_head, (p).s_head_words
 #else
 #define MOEJIT_FC2_CSF_PLANES(p)
 #endif
@@ -43,7 +43,8 @@ struct DecodeFc1Params {
   MOEJIT_PTR(const u8) s_base;   // CSF scales: base bytes [E][I/16][mats][8 groups][2 rows]; else null
   MOEJIT_PTR(const u32) s_exc;   // CSF scales: list starts (one list per slab, or per two
                                  // slabs of relu2's one matrix) + 1, then the records; else null
-  MOEJIT_PTR(const u32) s_head;  // CSF scales: each list's first 32 words [lists][32]; else null
+  MOEJIT_PTR(const u32) s_head;  // CSF scales: each list's first words [lists][s_head_words]; else null
+  i32 s_head_words;              // CSF scales: 32, 64 or 128 (include/moejit/csf_prepared.hpp)
 #endif
 };
 
@@ -62,7 +63,8 @@ struct DecodeFc2Params {
 #if MOEJIT_DECODE_CSF_FIELDS(MOEJIT_CSF_FC2)
   MOEJIT_PTR(const u8) s_base;   // CSF scales: base bytes [E][H/16][8 groups][2 rows]; else null
   MOEJIT_PTR(const u32) s_exc;   // CSF scales: list starts [E*ceil(H/32) + 1], then the records; else null
-  MOEJIT_PTR(const u32) s_head;  // CSF scales: each list's first 32 words [E*ceil(H/32)][32]; else null
+  MOEJIT_PTR(const u32) s_head;  // CSF scales: each list's first words [E*ceil(H/32)][s_head_words]; else null
+  i32 s_head_words;              // CSF scales: 32, 64 or 128 (include/moejit/csf_prepared.hpp)
 #endif
 };
 

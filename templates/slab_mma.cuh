@@ -42,6 +42,7 @@ struct ScaleGeometry {
   // Scale bytes per (chunk, matrix): 8 row groups x 2 rows x blocks per chunk (4 of 16 or 2 of 32).
   static constexpr int kBytesPerChunk = kNvfp4 ? 64 : 32;
   static constexpr int kBytesPerLane = kBytesPerChunk / 8;  // every lane of row group g reads g's bytes
+  static_assert(kBytesPerChunk == CsfGeometry<kNvfp4>::kPlainBytesPerChunk, "CSF stages hold the plain bytes");
 };
 
 // The scale bytes of one slab's chunk (all its matrices) as the batch and prefill families copy them into a
@@ -63,7 +64,7 @@ struct SlabOperands {
   const u8* s;     // the slab's scale bytes
   float gs;        // global scale (NVFP4; 1 for MXFP4) x the 2^62 MMA-scaling correction; FC1: the gate's
   float gs_up;     // FC1 with two matrices: the up rows' (gate and up may be scaled apart); else gs
-  CsfSlab csf;     // CSF scales: the slab's base bytes and exception lists (s then points at its offsets)
+  CsfStageSlab csf;  // CSF scales: the slab's base bytes and exception list (s then points at its offsets)
 };
 
 // Index of expert e's first global scale in a prepared plane: FC1 with two matrices keeps [E][2] (gate,
@@ -73,21 +74,22 @@ MOEJIT_DEVICE int global_scale_index(int e) {
   return kMats == 2 ? 2 * e : e;
 }
 
-// kCsf: s is a prepared CSF plane's offsets, s_base, s_exc and s_head its other arrays (csf_scales.cuh).
+// kCsf: s is a prepared CSF plane's offsets, s_base, s_exc and s_head its other arrays, s_head_words its
+// heads' length (csf_scales.cuh).
 template <bool kNvfp4, int kChunks, int kMats, int kSlabs, bool kCsf = false>
 MOEJIT_DEVICE SlabOperands slab_operands(const u32x4* w, const u8* s, const float* gscale, int e, int slab,
                                          const u8* s_base = nullptr, const u32* s_exc = nullptr,
-                                         const u32* s_head = nullptr) {
+                                         const u32* s_head = nullptr, int s_head_words = 0) {
   constexpr int kScaleBytes = kCsf ? CsfGeometry<kNvfp4>::kBytesPerChunk : ScaleGeometry<kNvfp4>::kBytesPerChunk;
   const size_t slab_index = (size_t)e * kSlabs + slab;
   const int g = global_scale_index<kMats>(e);
   const float gs = kNvfp4 ? gscale[g] * kAccScale : kAccScale;
-  CsfSlab csf{nullptr, nullptr, 0u, nullptr};
+  CsfStageSlab csf{nullptr, nullptr, nullptr, 0u, 0u, 0};
   if (kCsf) {
     // FC1: a list per slab (both matrices); one-matrix planes: a list per two slabs (csf_scales.cuh).
     const size_t list = kMats == 2 ? slab_index : (size_t)e * ((kSlabs + 1) / 2) + slab / 2;
-    csf = CsfSlab{s_base + slab_index * kMats * 16, s_exc, __ldg(s_exc + list) | (kMats == 2 ? 0u : (u32)(slab & 1) << 31),
-                  s_head + list * 32};
+    csf = CsfStageSlab{s_base + slab_index * kMats * 16, s_head + list * s_head_words, s_exc, (u32)list,
+                       (u32)(slab & 1), s_head_words};
   }
   return SlabOperands{w + slab_index * kChunks * kMats * 32 + lane_id(), s + slab_index * kChunks * kMats * kScaleBytes, gs,
                       kNvfp4 && kMats == 2 ? gscale[g + 1] * kAccScale : gs, csf};
@@ -173,9 +175,9 @@ MOEJIT_DEVICE void chunk_mma(const u32x4 (&wc)[kMats], const u32x2 (&sc)[kMats],
 // gate and up rows are; otherwise the plane interleaves kMats matrices per chunk (FC1).
 //
 // kCsf: s points at the slab's CSF offsets (the prepared CSF plane of csf_scales.cuh) and csf at its base
-// bytes and exception lists; each chunk's scale bytes are rebuilt in registers just before its MMAs, so
-// the ring carries 4 bytes of offsets per lane and matrix instead of 8 (NVFP4) or 4 shared by all lanes
-// instead of 4 per row group (MXFP4).
+// bytes and exception list; after issuing its first chunks the warp rebuilds its part's plain scale bytes
+// into csf_area (its CsfStage area) and each chunk reads its scale bytes from there: the ring carries
+// weights only.
 //
 // Each warp walks its part's chunks (part, part + kParts, ...) with running pointers, kDepth chunks ahead, so
 // each lane keeps kDepth * kMats 16-byte weight loads in flight. Each scale block's MMA result is
@@ -185,10 +187,11 @@ template <bool kNvfp4, int kK, int kMats, int kParts, int kNT, int kCols, int kD
           bool kSlabPair = false, bool kCsf = false>
 MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_rows)[kNT], int live_tiles,
                             float (&acc)[kNT][kMats][4], bool wait_primary_after_prefetch, int part,
-                            u32x2* x_stage = nullptr, const CsfSlab& csf = CsfSlab{}) {
+                            u32x2* x_stage = nullptr, const CsfStageSlab& csf = CsfStageSlab{},
+                            u8* csf_area = nullptr) {
   using SG = ScaleGeometry<kNvfp4>;
   using CG = CsfGeometry<kNvfp4>;
-  constexpr int kSBytes = kCsf ? CG::kBytesPerChunk : SG::kBytesPerChunk;  // scale bytes per (chunk, matrix)
+  constexpr int kSBytes = SG::kBytesPerChunk;  // scale bytes per (chunk, matrix) (plain reads; CSF reads its stage)
   constexpr int kChunks = (kK + 63) / 64;
   static_assert(!kSlabPair || kMats == 2, "a slab pair is two matrices");
   constexpr int kPlaneMats = kSlabPair ? 1 : kMats;           // matrices interleaved per chunk in the plane
@@ -205,7 +208,7 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   zero_accumulators(acc);
 
   const u32x4* wp = w + part * kPlaneMats * 32;
-  const u8* sp = s + part * kPlaneMats * kSBytes + g * (kCsf ? CG::kLaneStride : SG::kBytesPerLane);
+  const u8* sp = s + part * kPlaneMats * kSBytes + g * SG::kBytesPerLane;
   // A ring of kDepth + 1 slots: chunk i lives in slot i % kRing, and the load of chunk i + kDepth goes
   // to the slot chunk i - 1 left, so nothing is copied between slots.
   constexpr int kRing = kDepth + 1;
@@ -225,7 +228,7 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
 #pragma unroll
     for (int m = 0; m < kMats; ++m) {
       prefetch_l2(w_at + m * kMatW);
-      prefetch_l2(s_at + m * kMatS);
+      if constexpr (!kCsf) prefetch_l2(s_at + m * kMatS);
     }
   };
   if (kL2AheadChunks > 0) {
@@ -243,8 +246,10 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
 #pragma unroll
       for (int m = 0; m < kMats; ++m) {
         wq[slot][m] = ld_stream_16(wp + m * kMatW);
-        const u8* smp = sp + m * kMatS;
-        sq[slot][m] = kCsf ? u32x2{ld_stream_4(smp), 0u} : kNvfp4 ? ld_stream_8(smp) : u32x2{ld_stream_4(smp), 0u};
+        if constexpr (!kCsf) {
+          const u8* smp = sp + m * kMatS;
+          sq[slot][m] = kNvfp4 ? ld_stream_8(smp) : u32x2{ld_stream_4(smp), 0u};
+        }
       }
     }
     ++issued;
@@ -253,9 +258,14 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   };
 #pragma unroll
   for (int j = 0; j < kDepth; ++j) issue(j, BoolTag<true>{});
-  // CSF: the slab's base bytes and list cursor, loaded while the first chunks are in flight.
-  CsfWindowReader<kNvfp4, kMats, kParts> csf_reader;
-  if constexpr (kCsf) csf_reader.begin(csf, g, part);
+  // CSF: the part's scale bytes rebuilt into the warp's area while the first chunks are in flight; then
+  // the lane's row group's bytes of the next chunk to compute (cs, one chunk further per step).
+  using Stage = CsfStage<kNvfp4, kMats, kChunks, kParts, kSlabPair>;
+  const u8* cs = nullptr;
+  if constexpr (kCsf) {
+    Stage::rebuild(csf_area, s, csf, part, my_chunks);
+    cs = csf_area + g * CG::kPlainBytesPerLane;
+  }
   // Weights never depend on the previous kernel, so a programmatic dependent waits only here, after
   // its first loads are in flight and before touching the previous kernel's outputs (b_rows).
   if (wait_primary_after_prefetch) {
@@ -355,15 +365,6 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
     issue((j + kDepth) % kRing, checked);
     issue_x(kPrefetchX ? (j + 1) % kRing % kXRing : j, checked);
     if (kPinLoads) asm volatile("bar.warp.sync -1;" ::: "memory");
-    // The chunk's scale bytes: the ring slot itself (a copy of it changed ptxas's spill choices at the
-    // register caps), rebuilt in place from its offsets words with CSF scales.
-    u32x2 (&sc)[kMats] = sq[j];
-    if constexpr (kCsf) {
-      u32 words[kMats];
-#pragma unroll
-      for (int m = 0; m < kMats; ++m) words[m] = sq[j][m].x;
-      csf_reader.scales(words, sc, csf.exc);
-    }
     // Staged pieces are already times 2^64.
     auto x_piece_of = [&](int nt, int st) {
       // Without the ring each step loads its own piece right here (fewer live registers).
@@ -372,7 +373,19 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
              : x_loads(nt) && (kK % 64 == 0 || kx - kXStride + 16 * st < kK) ? ld_x(xp[nt] - kXStride + 16 * st)
                                                                               : u32x2{0u, 0u};
     };
-    chunk_mma<kNvfp4, kMats, kNT, kCols, kScaleB && !kStageX>(wq[j], sc, live_tiles, acc, x_piece_of);
+    if constexpr (kCsf) {
+      // The chunk's scale bytes from the warp's area (CSF).
+      u32x2 sc[kMats];
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) sc[m] = Stage::read(cs, m);
+      cs += Stage::kChunkBytes;
+      chunk_mma<kNvfp4, kMats, kNT, kCols, kScaleB && !kStageX>(wq[j], sc, live_tiles, acc, x_piece_of);
+    } else {
+      // The chunk's scale bytes: the ring slot itself (a copy of it changed ptxas's spill choices at the
+      // register caps).
+      u32x2 (&sc)[kMats] = sq[j];
+      chunk_mma<kNvfp4, kMats, kNT, kCols, kScaleB && !kStageX>(wq[j], sc, live_tiles, acc, x_piece_of);
+    }
   };
   // Rolled over groups of kRing chunks, unrolled inside a group so that ring slots are compile-time
   // register indices (a full unroll spills at large K). While every load a group issues is one of the

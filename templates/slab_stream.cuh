@@ -13,8 +13,8 @@
 
 // kSuspendNs: how long each try of a barrier wait may suspend the thread (0: the hardware's default).
 // kCsf: the slab's scales are a prepared CSF plane (csf_scales.cuh); the ring then carries weights only,
-// and each consumer warp reads its chunks' offsets words from global memory, issued before it waits for
-// the stage (4 bytes per lane and chunk: a copy would need 16-byte multiples the MXFP4 offsets lack).
+// and each consumer warp rebuilds its chunks' plain scale bytes into its own CsfStage area when it starts
+// the slab, before it waits for the slab's first stage, and reads them from there.
 template <bool kNvfp4, int kMats, int kWarps, int kStages, int kGroup, int kSuspendNs = 0, bool kCsf = false>
 struct SlabStreamRing {
   using SG = ScaleGeometry<kNvfp4>;
@@ -63,35 +63,27 @@ struct SlabStreamRing {
     }
   }
 
+  // The CSF stage of one consumer warp's chunks of a slab of kK reduction elements (chunk c to warp c % kWarps).
+  template <int kK>
+  using CsfStageOf = CsfStage<kNvfp4, kMats, (kK + 63) / 64, kWarps>;
+
   // Consumer warp `warp`: its chunks of one slab of kK reduction elements, against the activation rows
   // b_rows (as in slab_mma; kScaleB: multiply them by 2^64 here), into acc; n counts the stages
-  // consumed so far. kCsf: csf_offsets is the slab's first CSF offsets byte, csf its other arrays.
+  // consumed so far. kCsf: csf_offsets is the slab's first CSF offsets byte, csf its other arrays,
+  // csf_area the warp's CsfStageOf<kK> area.
   template <int kK, int kNT, int kCols, bool kScaleB>
   MOEJIT_DEVICE void mma_slab(const u16* const (&b_rows)[kNT], int live_tiles, float (&acc)[kNT][kMats][4], int warp,
-                              u32& n, const u8* csf_offsets = nullptr, const CsfSlab& csf = CsfSlab{}) const {
+                              u32& n, const u8* csf_offsets = nullptr, const CsfStageSlab& csf = CsfStageSlab{},
+                              u8* csf_area = nullptr) const {
     constexpr int kChunks = (kK + 63) / 64;
     constexpr int kStagesPerSlab = (kChunks + kStageChunks - 1) / kStageChunks;
     const int lane = lane_id(), g = lane >> 2, kofs = 4 * (lane & 3);
     zero_accumulators(acc);
-    CsfWindowReader<kNvfp4, kMats, kWarps> csf_reader;  // a warp's chunks are kWarps apart
-    if constexpr (kCsf) csf_reader.begin(csf, g, warp);
+    using Stage = CsfStageOf<kK>;
+    if constexpr (kCsf) Stage::rebuild(csf_area, csf_offsets, csf, warp, part_chunks<kChunks, kWarps>(warp));
 #pragma unroll 1
     for (int st = 0; st < kStagesPerSlab; ++st, ++n) {
       const u32 idx = n % kStages;
-      // CSF: this warp's offsets words of the stage, in flight while it waits for the stage.
-      u32 oq[kGroup][kMats];
-      if constexpr (kCsf) {
-#pragma unroll
-        for (int i = 0; i < kGroup; ++i) {
-          const int c = st * kStageChunks + i * kWarps + warp;
-#pragma unroll
-          for (int m = 0; m < kMats; ++m)
-            oq[i][m] = kChunks % kStageChunks != 0 && c >= kChunks
-                           ? 0u
-                           : CsfWindowReader<kNvfp4, kMats, kWarps>::load(csf_offsets + (c * kMats + m) * CG::kBytesPerChunk +
-                                                             g * CG::kLaneStride);
-        }
-      }
       mbarrier_wait<kSuspendNs>(full0 + 8 * idx, (n / kStages) & 1);
       const u32 stage = ring0 + idx * kStageBytes;
 #pragma unroll
@@ -118,7 +110,12 @@ struct SlabStreamRing {
             sc[m] = kNvfp4 ? ld_shared_8(sa) : u32x2{ld_shared_4(sa), 0u};
           }
         }
-        if constexpr (kCsf) csf_reader.scales(oq[i], sc, csf.exc);
+        if constexpr (kCsf) {
+          // The warp's local chunk c / kWarps = st * kGroup + i.
+          const u8* cs = csf_area + (st * kGroup + i) * Stage::kChunkBytes + g * CG::kPlainBytesPerLane;
+#pragma unroll
+          for (int m = 0; m < kMats; ++m) sc[m] = Stage::read(cs, m);
+        }
         chunk_mma<kNvfp4, kMats, kNT, kCols, kScaleB>(wc, sc, live_tiles, acc, [&](int nt, int s4) { return xc[nt][s4]; });
       }
       __syncwarp();

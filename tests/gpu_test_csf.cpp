@@ -1,9 +1,10 @@
 // Layers with scale planes in the compressed scale format (docs/CSF.md) on the GPU. The decode kernels
 // read prepared CSF planes (docs/CSF.md §8: offsets, base bytes, exception records) and rebuild every
-// scale byte in registers, so their outputs must equal the plain-scale kernels' bit for bit: every
+// scale byte into shared memory, so their outputs must equal the plain-scale kernels' bit for bit: every
 // decode kernel variant the planner uses (grid, loop and streaming FC1; split FC2, FC2-sum over one and
 // two slabs; the route kernel's lists and inline routing; the cooperative launch; even-column tiles),
-// both formats, every activation, bias and limit, layers with forced exceptions, and the golden layers.
+// both formats, every activation, bias and limit, layers with forced exceptions, stages in dynamic shared
+// memory, and the golden layers.
 // The batch family (register-fed and warpgroup-MMA kernels) and the prefill family read the prepared CSF
 // planes too (an a16 layer prepared with CSF reads keeps no plain planes), and must agree the same way:
 // every tile kind (one and two slabs per warp, FC2's slab pairs with an odd slab count), H and I tails,
@@ -20,6 +21,8 @@
 #include "gpu_support.hpp"
 #include "moejit/csf_layer.hpp"
 #include "moejit/error.hpp"
+#include "moejit/generator.hpp"
+#include "moejit/planner.hpp"
 
 using namespace moejit;
 using namespace moejit::test;
@@ -251,6 +254,25 @@ TEST_CASE("CSF scale reads: every decode kernel variant, both formats, multi-chu
     const std::vector<Variant> all(std::begin(kVariants), std::end(kVariants));
     expect_identical(make_realistic_layer(spec, ++seed), {1, 3, 16, 32}, all);
     expect_identical(with_forced_exceptions(make_realistic_layer(spec, ++seed), seed), {1, 8, 32}, all);
+  }
+}
+
+TEST_CASE("CSF scale reads: scale stages in dynamic shared memory (K past static shared memory)", "[gpu][csf]") {
+  // H = 24576: FC1's stages (every FC1 kind and the cooperative kernel's first phase) take 48 KB; I = 24576:
+  // FC2's (FC2-sum, split FC2, the second phase). Both past what static shared memory holds beside the
+  // kernels' other arrays, so the launches carry them as dynamic shared memory.
+  const std::vector<Variant> variants = {Variant{}, Variant{.fc1 = "grid", .fc2 = "split"},
+                                         Variant{.fc1 = "stream", .fc2 = "sum"}, Variant{.launch = "cooperative"}};
+  for (auto [hidden, intermediate] : {std::pair{24576, 256}, std::pair{256, 24576}}) {
+    LayerSpec spec = mid_spec(ScaleFormat::nvfp4, Activation::silu, hidden, intermediate);
+    spec.experts = 4;
+    spec.top_k = 2;
+    INFO(fmt::format("H={} I={}", hidden, intermediate));
+    const Plan plan = with_csf_scales(make_plan(spec, Arch::sm_90a, 1, 132), 3);
+    bool dynamic = false;
+    for (const KernelKey& k : plan.kernels) dynamic = dynamic || kernel_dynamic_smem(k) > 0;
+    CHECK(dynamic);
+    expect_identical(make_realistic_layer(spec, 41), {1, 4}, variants);
   }
 }
 

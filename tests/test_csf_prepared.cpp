@@ -13,6 +13,7 @@
 
 #include "moejit/compiler.hpp"
 #include "moejit/csf_prepared.hpp"
+#include "moejit/types.hpp"
 #include "moejit/error.hpp"
 #include "moejit/generator.hpp"
 #include "moejit/host_layer.hpp"
@@ -155,86 +156,105 @@ std::vector<uint8_t> kernel_walk(const PreparedScaleGeometry& g, const PreparedC
   return out;
 }
 
-// The decode kernels' reader (templates/csf_scales.cuh CsfWindowReader): as kernel_walk, but the warp
-// holds its list's next 32 words in a window, one per lane, first the list's head; a chunk with records
-// applies those of the window, slides it past the records up to the chunk and, while the list goes on
-// past the window, fills the freed lanes from the list. The warp's 32 lanes are arrays here.
-std::vector<uint8_t> window_walk(const PreparedScaleGeometry& g, const PreparedCsfPlane& p, int parts, bool pairs) {
+// The decode kernels' CSF stage (templates/csf_scales.cuh CsfStage::rebuild and read): warp `part` of
+// kParts, starting a slab (or, with `pairs`, the slab pair 2p, 2p + 1 of a one-matrix plane), rebuilds the
+// plain bytes of its chunks part, part + kParts, ... into its own area: each lane takes 4 row groups of one
+// matrix of a chunk per pass (offsets words plus the base pattern, one 16- or 32-byte store), then each lane
+// one word of the list at a time (the head, 32 words at a time, then from exc, while no sentinel is seen)
+// and stores the byte of a record of the warp's chunks (and, for one slab of a one-matrix plane, of its
+// parity). The chunk
+// loop then reads its lane's bytes from the area. Written as the device code is, with the warp's 32 lanes as
+// loops; returns the plain prepared bytes read from the areas, in prepared_plain_scales' order.
+std::vector<uint8_t> stage_walk(const PreparedScaleGeometry& g, const PreparedCsfPlane& p, int parts, bool pairs) {
   const bool nv = g.format == ScaleFormat::nvfp4;
-  const int chunks = g.chunks(), cb = prepared_csf_chunk_bytes(g.format), lb = nv ? 8 : 4;
+  const int chunks = g.chunks(), cb = prepared_csf_chunk_bytes(g.format), lb = nv ? 8 : 4, pb = 8 * lb;
   std::vector<uint8_t> out(g.plain_bytes());
-  const int kmats = g.mats == 2 ? 2 : pairs ? 2 : 1;
-  const int step = g.mats == 2 || !pairs ? 1 : 2;
-  auto popc = [](uint32_t v) { int n = 0; for (; v; v &= v - 1) ++n; return n; };
+  const int kmats = g.mats == 2 ? 2 : pairs ? 2 : 1;    // matrices of the kernel's slab
+  const int plane_mats = g.mats;                         // matrices interleaved per chunk in the plane
+  const bool slab_pair = g.mats == 1 && pairs;
+  const int step = slab_pair ? 2 : 1;
+  const int part_chunks_most = (chunks + parts - 1) / parts;
+  const int per_pass = 16 / kmats, passes = (part_chunks_most + per_pass - 1) / per_pass;
   for (int e = 0; e < g.experts; ++e)
-    for (int slab = 0; slab + (kmats == 2 && g.mats == 1 ? 1 : 0) < g.slabs; slab += step)
+    for (int slab = 0; slab + (slab_pair ? 1 : 0) < g.slabs; slab += step)
       for (int part = 0; part < parts; ++part) {
         const int64_t slab_index = static_cast<int64_t>(e) * g.slabs + slab;
         const int64_t list = g.mats == 2 ? slab_index : static_cast<int64_t>(e) * ((g.slabs + 1) / 2) + slab / 2;
+        const uint32_t parity = static_cast<uint32_t>(slab & 1);
         const size_t base_at = static_cast<size_t>(slab_index * g.mats) * 16;
-        uint32_t win[32];
-        for (int l = 0; l < 32; ++l) win[l] = p.head.at(static_cast<size_t>(list) * 32 + l);
-        uint32_t at = p.exc[static_cast<size_t>(list)] | (g.mats == 2 ? 0u : static_cast<uint32_t>(slab & 1) << 31);
-        int gap = static_cast<int>(win[0] >> 16) - part;
-        for (int c = part; c < chunks; c += parts) {
-          uint32_t xs[32][2], ys[32][2];
-          for (int lane = 0; lane < 32; ++lane)
-            for (int m = 0; m < kmats; ++m) {
-              const int grp = lane >> 2;
-              const size_t b = base_at + 16 * m;
-              const uint32_t pattern = (p.base[b + 2 * grp] | static_cast<uint32_t>(p.base[b + 2 * grp + 1]) << 8) * 0x00010001u;
-              const size_t o = static_cast<size_t>(((slab_index + (g.mats == 1 ? m : 0)) * chunks + c) * g.mats +
-                                                   (g.mats == 2 ? m : 0)) * cb + (nv ? 4 * grp : 0);
-              const uint32_t w = p.offsets[o] | p.offsets[o + 1] << 8 | p.offsets[o + 2] << 16 |
-                                 static_cast<uint32_t>(p.offsets[o + 3]) << 24;
-              xs[lane][m] = nv ? (w & 0x0F0F0F0Fu) + pattern : ((((w >> (lane & 0x1C)) & 0xFu) * 0x00204081u) & 0x01010101u) + pattern;
-              ys[lane][m] = nv ? ((w >> 4) & 0x0F0F0F0Fu) + pattern : 0u;
-            }
-          if (gap <= 0) {
-            const uint32_t cc = (win[0] >> 16) - static_cast<uint32_t>(gap);
-            REQUIRE(cc == static_cast<uint32_t>(c));
-            for (;;) {
-              uint32_t sentinels = 0, passed = 0, here = 0;
-              for (int l = 0; l < 32; ++l) {
-                if (win[l] == kPreparedCsfSentinel) sentinels |= 1u << l;
-                if ((win[l] >> 16) <= cc) passed |= 1u << l;
-                if ((win[l] >> 16) == cc) here |= 1u << l;
+        const size_t offsets_at = static_cast<size_t>(slab_index * chunks * g.mats) * cb;
+        const int my_chunks = part < chunks ? (chunks - 1 - part) / parts + 1 : 0;
+        // Garbage where nothing is written, so that a byte the rebuild misses shows.
+        std::vector<uint8_t> area(static_cast<size_t>(part_chunks_most) * kmats * pb, 0xA5);
+        auto word_at = [&](size_t o) {
+          return p.offsets.at(o) | p.offsets.at(o + 1) << 8 | p.offsets.at(o + 2) << 16 |
+                 static_cast<uint32_t>(p.offsets.at(o + 3)) << 24;
+        };
+        // The words.
+        for (int lane = 0; lane < 32; ++lane) {
+          const int h = lane & 1, m = kmats == 2 ? (lane >> 1) & 1 : 0, i0 = lane >> (kmats == 2 ? 2 : 1);
+          const size_t b = base_at + 16 * m + 8 * h;  // rows (g, g + 8) of groups 4h .. 4h + 3
+          for (int k = 0; k < passes; ++k) {
+            const int i = i0 + k * per_pass;
+            if (i >= my_chunks) break;
+            const int c = part + i * parts;
+            const size_t o = offsets_at + static_cast<size_t>(c * plane_mats + (slab_pair ? 0 : m)) * cb +
+                             (slab_pair ? static_cast<size_t>(m) * chunks * cb : 0) + (nv ? 16 * h : 0);
+            for (int q = 0; q < 4; ++q) {
+              const uint32_t pattern =
+                  (p.base.at(b + 2 * q) | static_cast<uint32_t>(p.base.at(b + 2 * q + 1)) << 8) * 0x00010001u;
+              uint32_t x, y = 0;
+              if (nv) {
+                const uint32_t w = word_at(o + 4 * q);
+                x = (w & 0x0F0F0F0Fu) + pattern;
+                y = ((w >> 4) & 0x0F0F0F0Fu) + pattern;
+              } else {
+                const uint32_t bits = (word_at(o) >> (16 * h + 4 * q)) & 0xFu;
+                x = ((bits * 0x00204081u) & 0x01010101u) + pattern;
               }
-              const uint32_t live = sentinels ? (sentinels & (0u - sentinels)) - 1u : 0xFFFFFFFFu;
-              passed &= live;
-              here &= live;
-              for (int b = 0; b < 32; ++b) {
-                if (!(here >> b & 1u)) continue;
-                const uint32_t r = win[b], key = (r >> 11) & 0xFu, i = (r >> 8) & 7u, sh = 8u * (i & 3u);
-                for (int lane = 0; lane < 32; ++lane) {
-                  const uint32_t grp = static_cast<uint32_t>(lane >> 2), who = kmats == 2 ? grp : grp | (at >> 31) << 3;
-                  if (!(kmats == 2 ? (key & 7u) == grp : key == who)) continue;
-                  const int m = kmats == 1 ? 0 : static_cast<int>(key >> 3);
-                  uint32_t& word = i < 4 ? xs[lane][m] : ys[lane][m];
-                  word = (word & ~(0xFFu << sh)) | (r & 0xFFu) << sh;
-                }
-              }
-              const int n = popc(passed);
-              uint32_t slid[32];
-              for (int l = 0; l < 32; ++l) slid[l] = l + n < 32 ? win[l + n] : win[l];
-              at += static_cast<uint32_t>(n);
-              for (int l = 0; l < 32; ++l)
-                win[l] = !sentinels && l >= 32 - n ? p.exc.at((at & 0x7FFFFFFFu) + l) : slid[l];
-              if (n < 32) break;
+              const size_t at = static_cast<size_t>(i * kmats + m) * pb + static_cast<size_t>(4 * h + q) * lb;
+              for (int j = 0; j < lb; ++j) area[at + j] = static_cast<uint8_t>((j < 4 ? x : y) >> (8 * (j & 3)));
             }
-            gap = static_cast<int>((win[0] >> 16) - cc);
           }
-          gap -= parts;
-          for (int lane = 0; lane < 32; lane += 4)
-            for (int m = 0; m < kmats; ++m) {
-              const int64_t unit_slab = slab + (g.mats == 1 ? m : 0);
-              for (int i = 0; i < lb; ++i) {
-                const size_t o = static_cast<size_t>(((((static_cast<int64_t>(e) * g.slabs + unit_slab) * chunks + c) * g.mats +
-                                                       (g.mats == 2 ? m : 0)) * 8 + (lane >> 2)) * lb + i);
-                out[o] = static_cast<uint8_t>((i < 4 ? xs[lane][m] : ys[lane][m]) >> (8 * (i & 3)));
-              }
-            }
         }
+        // The records, 32 words at a time.
+        const size_t head_at = static_cast<size_t>(list) * p.head_words;
+        uint32_t word[32];
+        for (int lane = 0; lane < 32; ++lane) word[lane] = p.head.at(head_at + lane);
+        uint32_t start = 0;
+        for (int from = 0;; from += 32) {
+          uint32_t sentinels = 0;
+          for (int lane = 0; lane < 32; ++lane)
+            if (word[lane] == kPreparedCsfSentinel) sentinels |= 1u << lane;
+          int first = 0;  // lanes below the list's sentinel hold its records
+          while (first < 32 && !(sentinels >> first & 1u)) ++first;
+          for (int lane = 0; lane < first; ++lane) {
+            const uint32_t r = word[lane], c = r >> 16, mbit = (r >> 14) & 1u;
+            if (c % static_cast<uint32_t>(parts) != static_cast<uint32_t>(part)) continue;
+            if (kmats == 1 && mbit != parity) continue;
+            const uint32_t m = kmats == 2 ? mbit : 0u;
+            area.at(((c / parts) * kmats + m) * pb + ((r >> 11) & 7u) * lb + ((r >> 8) & 7u)) = static_cast<uint8_t>(r);
+          }
+          if (sentinels) break;
+          if (from + 32 < p.head_words) {
+            for (int lane = 0; lane < 32; ++lane) word[lane] = p.head.at(head_at + from + 32 + lane);
+            continue;
+          }
+          if (from + 32 == p.head_words) start = p.exc.at(static_cast<size_t>(list));
+          for (int lane = 0; lane < 32; ++lane) word[lane] = p.exc.at(start + from + 32 + lane);
+        }
+        // The chunk loop's reads.
+        for (int i = 0; i < my_chunks; ++i)
+          for (int m = 0; m < kmats; ++m) {
+            const int c = part + i * parts;
+            const int64_t unit_slab = slab + (g.mats == 1 ? m : 0);
+            for (int grp = 0; grp < 8; ++grp)
+              for (int j = 0; j < lb; ++j) {
+                const size_t o = static_cast<size_t>(((((static_cast<int64_t>(e) * g.slabs + unit_slab) * chunks + c) * g.mats +
+                                                       (g.mats == 2 ? m : 0)) * 8 + grp) * lb + j);
+                out[o] = area[static_cast<size_t>(i * kmats + m) * pb + static_cast<size_t>(grp) * lb + j];
+              }
+          }
       }
   return out;
 }
@@ -253,9 +273,63 @@ TEST_CASE("prepared csf: the kernels' walk over K parts rebuilds every plain byt
             if (pairs && mats == 2) continue;
             INFO(to_string(f) << " mats " << mats << " " << kind << " parts " << parts << " slab pairs " << pairs);
             CHECK(kernel_walk(g, p, parts, pairs) == want);
-            CHECK(window_walk(g, p, parts, pairs) == want);
+            CHECK(stage_walk(g, p, parts, pairs) == want);
           }
       }
+}
+
+TEST_CASE("prepared csf: the decode kernels' stages rebuild every plain byte, every geometry and input",
+          "[csf][prepared]") {
+  // The round trip's geometries (odd slab counts, partial last chunks, K of one block), K parts that leave
+  // some warps without a chunk, slab pairs where the slab count is even.
+  struct Case {
+    int experts, slabs, mats, k, order;
+  };
+  for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4}) {
+    const int block = scale_block(f);
+    const Case cases[] = {{2, 3, 2, 256, 0}, {2, 3, 2, 256, 1}, {2, 2, 2, 192, 2}, {3, 5, 1, 128, 0},
+                          {2, 4, 1, 64 + 2 * block, 0}, {1, 2, 2, block, 0}, {2, 3, 1, 320 + block, 0},
+                          {1, 2, 1, 64 * 40, 0}};
+    for (const Case& c : cases)
+      for (const char* kind : {"random", "equal", "narrow", "spread"}) {
+        const PreparedScaleGeometry g = geometry(f, c.experts, c.slabs, c.mats, c.k, c.order);
+        const std::vector<uint8_t> logical = logical_plane(g, kind, 5);
+        const PreparedCsfPlane p = build_prepared_csf(g, logical.data());
+        const std::vector<uint8_t> want = prepared_plain_scales(g, logical.data());
+        for (int parts : {1, 3, 16}) {
+          INFO(to_string(f) << " E" << c.experts << " slabs " << c.slabs << " mats " << c.mats << " K " << c.k
+                            << " order " << c.order << " " << kind << " parts " << parts);
+          CHECK(stage_walk(g, p, parts, false) == want);
+          if (c.mats == 1 && c.slabs % 2 == 0) CHECK(stage_walk(g, p, parts, true) == want);
+        }
+      }
+  }
+  // Lists around the words of either head and past them (then exc's words, 32 at a time).
+  for (int records : {31, 32, 33, 63, 64, 65, 96, 97, 127, 128, 160, 200})
+    for (int head_words : {32, 64, 128}) {
+      const PreparedScaleGeometry g = geometry(ScaleFormat::nvfp4, 1, 1, 2, 64 * 8);
+      std::vector<uint8_t> logical(32 * 32, 60);
+      for (int r = 0; r < records; ++r) logical[static_cast<size_t>(r % 32) * 32 + r / 32 * 5 + 1] = 200;
+      const PreparedCsfPlane p = build_prepared_csf(g, logical.data(), head_words);
+      REQUIRE(p.records(g) == records);
+      REQUIRE(p.head_words == head_words);
+      REQUIRE(expand_prepared_csf(g, p) == prepared_plain_scales(g, logical.data()));
+      for (int parts : {1, 2, 3}) {
+        INFO(records << " records, a head of " << head_words << " words, parts " << parts);
+        CHECK(stage_walk(g, p, parts, false) == prepared_plain_scales(g, logical.data()));
+      }
+    }
+  // The head's length: the fewest words of 32, 64 and 128 that hold the longest list, else 128.
+  const PreparedScaleGeometry g = geometry(ScaleFormat::nvfp4, 2, 4, 2, 64 * 4);
+  for (const char* kind : {"equal", "spread", "random"}) {
+    const PreparedCsfPlane p = build_prepared_csf(g, logical_plane(g, kind, 3).data());
+    size_t longest = 0;
+    for (int64_t list = 0; list < g.lists(); ++list)
+      longest = std::max<size_t>(longest, p.exc[static_cast<size_t>(list) + 1] - p.exc[static_cast<size_t>(list)]);
+    INFO(kind << ": the longest list " << longest << " words, a head of " << p.head_words);
+    CHECK(p.head_words == (longest <= 32 ? 32 : longest <= 64 ? 64 : 128));
+  }
+  CHECK_THROWS_WITH(build_prepared_csf(g, logical_plane(g, "equal", 3).data(), 48), Contains("32, 64 or 128 words"));
 }
 
 TEST_CASE("prepared csf: byte layout the kernels read (nibbles, bits, bases, records)", "[csf][prepared]") {
@@ -274,13 +348,14 @@ TEST_CASE("prepared csf: byte layout the kernels read (nibbles, bits, bases, rec
     CHECK(p.base[2 * 3] == 50);
     CHECK(p.base[2 * 7] == 50);  // the base covers the most bytes of the row: the record is 200
     // One list: start, end, its record and the sentinel, then the window's padding; its head the same.
-    REQUIRE(p.exc.size() == 2 + 2 + kPreparedCsfHead);
+    REQUIRE(p.exc.size() == 2 + 2 + kPreparedCsfTail);
     CHECK(p.exc[0] == 2);
     CHECK(p.exc[1] == 4);
     CHECK(p.exc[2] == (0u << 16 | 0u << 14 | 7u << 11 | 0u << 8 | 200u));
     CHECK(p.exc[3] == kPreparedCsfSentinel);
     CHECK(std::all_of(p.exc.begin() + 4, p.exc.end(), [](uint32_t w) { return w == kPreparedCsfSentinel; }));
-    REQUIRE(p.head.size() == static_cast<size_t>(kPreparedCsfHead));
+    REQUIRE(p.head_words == 32);
+    REQUIRE(p.head.size() == 32u);
     CHECK(p.head[0] == p.exc[2]);
     CHECK(std::all_of(p.head.begin() + 1, p.head.end(), [](uint32_t w) { return w == kPreparedCsfSentinel; }));
   }
@@ -399,15 +474,24 @@ TEST_CASE("keys: csf_scales is the tile suffix z, kept per kind, and reaches the
 
 TEST_CASE("CSF decode kernels of every decode kind compile for sm_90a and sm_120a", "[csf][compile]") {
   // Every decode key the planner uses at M = 1..32 for an MXFP4 and an NVFP4 model (grid, loop and
-  // stream FC1, FC2 and FC2-sum), with CSF reads, and the cooperative kernel.
-  for (const char* name : {"gpt-oss-120b", "deepseek-v3"}) {
-    const LayerSpec spec = load_model_config(name).local();
-    for (Arch arch : {Arch::sm_90a, Arch::sm_120a}) {
+  // stream FC1, FC2 and FC2-sum), with CSF reads, and the cooperative kernel; relu2's one-matrix FC1
+  // (lists per two slabs) on sm_90a. Each fits the architecture with its CSF scale stages at the CTAs per SM
+  // it is built for (the ptxas report's static shared memory).
+  struct Model {
+    const char* name;
+    std::vector<Arch> archs;
+  };
+  const Model models[] = {{"gpt-oss-120b", {Arch::sm_90a, Arch::sm_120a}},
+                          {"deepseek-v3", {Arch::sm_90a, Arch::sm_120a}},
+                          {"nemotron-3-nano-30b-a3b", {Arch::sm_90a}}};
+  for (const Model& model : models) {
+    const LayerSpec spec = load_model_config(model.name).local();
+    for (Arch arch : model.archs) {
       std::vector<KernelKey> keys = with_csf_scales(keys_for_range(spec, arch, 32, 132), 3);
       KernelKey fused = make_plan(spec, arch, 1, 132).kernels.back();
       fused.kind = KernelKind::decode_fused;
-      fused.csf_scales = 3;
-      keys.push_back(fused.normalized());
+      keys.push_back(with_csf_scales(std::vector<KernelKey>{fused}, 3).at(0));
+      const ArchLimits& a = arch_limits(arch);
       for (const KernelKey& key : keys) {
         if (key.csf_scales == 0) continue;  // the route kernel
         INFO("key " << key.str());
@@ -415,9 +499,45 @@ TEST_CASE("CSF decode kernels of every decode kind compile for sm_90a and sm_120
         REQUIRE_NOTHROW(out = compile_source(generate_source(key), arch));
         CHECK(out.binary.size() > 0);
         CHECK(out.registers > 0);
+        const int dynamic = kernel_dynamic_smem(key), ctas = kernel_ctas_per_sm(key);
+        INFO(out.shared_bytes << " + " << dynamic << " bytes of shared memory, " << ctas << " CTAs per SM");
+        CHECK(out.shared_bytes + dynamic <= a.max_dynamic_smem);
+        CHECK(ctas * (out.shared_bytes + dynamic + a.smem_reserved) <= a.smem_per_sm);
       }
     }
   }
+}
+
+TEST_CASE("CSF decode keys: scale stages beside a staged x row, and stages past static shared memory",
+          "[csf][key]") {
+  // DeepSeek-V3 at one token stages x in FC1 at 8 CTAs per SM; with its CSF scale stage beside it a CTA no
+  // longer fits 8 times, so its CSF key reads x per step, in 8 columns (NVFP4's long warps), at 8 CTAs.
+  const LayerSpec spec = load_model_config("deepseek-v3").local();
+  const KernelKey fc1 = make_plan(spec, Arch::sm_90a, 1, 132).kernels.front();
+  REQUIRE(fc1.kind == KernelKind::decode_fc1);
+  REQUIRE(fc1.x_staged);
+  const KernelKey csf = with_csf_scales(std::vector<KernelKey>{fc1}, 1).at(0);
+  CHECK_FALSE(csf.x_staged);
+  CHECK(csf.columns == 8);
+  CHECK(kernel_ctas_per_sm(csf) == kernel_ctas_per_sm(fc1));
+  CHECK(kernel_dynamic_smem(csf) == 0);
+  // A hidden size whose FC1 stages exceed static shared memory: dynamic shared memory, which the generated
+  // source takes (and the plain key none).
+  KernelKey big = fc1;
+  big.x_staged = false;
+  big.hidden = 32768;
+  big = big.normalized();
+  const KernelKey big_csf = with_csf_scales(std::vector<KernelKey>{big}, 1).at(0);
+  CHECK(kernel_dynamic_smem(big) == 0);
+  CHECK(kernel_dynamic_smem(big_csf) == 512 * 2 * 64);
+  CHECK_THAT(generate_source(big_csf).source, Contains("#define MOEJIT_CSF_STAGE_DYNAMIC 1"));
+  CHECK_THAT(generate_source(big).source, !Contains("MOEJIT_CSF_STAGE_DYNAMIC"));
+  CompileOutput out;
+  REQUIRE_NOTHROW(out = compile_source(generate_source(big_csf), Arch::sm_90a));
+  CHECK(out.shared_bytes < 48 * 1024);
+  const ArchLimits& a = arch_limits(Arch::sm_90a);
+  CHECK(kernel_ctas_per_sm(big_csf) * (out.shared_bytes + kernel_dynamic_smem(big_csf) + a.smem_reserved) <=
+        a.smem_per_sm);
 }
 
 TEST_CASE("CSF batch and prefill kernels compile for sm_90a (and batch for sm_120a)", "[csf][compile]") {

@@ -72,19 +72,6 @@ int threads(const KernelKey& key) {
   return (key.warps * decode_fc1_slab_groups(key) + (key.kind == KernelKind::decode_fc1_stream ? 1 : 0)) * 32;
 }
 
-// The streaming ring of decode_fc1_stream: barriers, then depth stages of warps x parts chunks
-// (templates/slab_stream.cuh: SlabStreamRing::kBytes).
-int stream_ring_bytes(const KernelKey& key) {
-  const int barriers = (2 * key.depth * 8 + 127) / 128 * 128;
-  // With CSF scales the consumers read their offsets from global memory: the ring holds weights only.
-  const int scale_bytes = (key.csf_scales & 1) ? 0 : chunk_scale_bytes(key);
-  return barriers + key.depth * key.warps * key.parts * fc1_mats(key) * (512 + scale_bytes);
-}
-
-int dynamic_smem(const KernelKey& key) {
-  return key.kind == KernelKind::decode_fc1_stream ? stream_ring_bytes(key) : 0;
-}
-
 // A staged x row: each warp's part at 128 bytes per chunk after 256 bytes of zeros (every slab group
 // stages its own copy).
 int staged_x_bytes(const KernelKey& key) {
@@ -95,6 +82,79 @@ int staged_x_bytes(const KernelKey& key) {
 // FC1's cross-warp reduction buffer (templates/moe_decode_fc1.cuh: red), an area per slab group.
 int fc1_reduction_bytes(const KernelKey& key) {
   return key.warps > 1 ? decode_fc1_slab_groups(key) * key.warps * key.ntiles * fc1_mats(key) * 4 * 32 * 4 : 0;
+}
+
+// The streaming ring of decode_fc1_stream: barriers, then depth stages of warps x parts chunks
+// (templates/slab_stream.cuh: SlabStreamRing::kBytes).
+int stream_ring_bytes(const KernelKey& key) {
+  const int barriers = (2 * key.depth * 8 + 127) / 128 * 128;
+  // With CSF scales the consumers read their scale bytes from their CSF stages: the ring holds weights only.
+  const int scale_bytes = (key.csf_scales & 1) ? 0 : chunk_scale_bytes(key);
+  return barriers + key.depth * key.warps * key.parts * fc1_mats(key) * (512 + scale_bytes);
+}
+
+// One CSF stage array (templates/csf_scales.cuh CsfStage): `warps` areas of the plain scale bytes of a
+// part's chunks (ceil(chunks / parts) of `mats` matrices each).
+int csf_stage_array_bytes(const KernelKey& key, int k, int mats, int parts) {
+  const int chunks = (k + 63) / 64;
+  return key.warps * ((chunks + parts - 1) / parts) * mats * chunk_scale_bytes(key);
+}
+// The CSF stage of FC1's plane (every FC1 kind: K parts = warps) and of FC2's (decode_fc2 and the fused
+// kernel's second phase: parts = warps, one slab; decode_fc2_sum: its parts and slabs per CTA); 0 where
+// the key reads the plane plainly.
+int fc1_csf_stage_bytes(const KernelKey& key) {
+  return (key.csf_scales & 1) ? csf_stage_array_bytes(key, key.hidden, fc1_mats(key), key.warps) : 0;
+}
+int fc2_csf_stage_bytes(const KernelKey& key) {
+  if (!(key.csf_scales & 2)) return 0;
+  return key.kind == KernelKind::decode_fc2_sum ? csf_stage_array_bytes(key, key.intermediate, key.slabs, key.parts)
+                                                : csf_stage_array_bytes(key, key.intermediate, 1, key.warps);
+}
+
+// Static shared memory of a decode CTA besides its CSF stages, at most (templates/moe_decode_*.cuh):
+// the cross-warp reduction or raw-sum buffer, the routing state (the inline routing list's size bounds
+// the per-CTA routing state too), a staged x row, and a few words.
+int fc1_static_bytes(const KernelKey& key) {
+  return fc1_reduction_bytes(key) + (key.x_staged ? staged_x_bytes(key) : 0) + inline_route_list_bytes(key) + 16;
+}
+int fc2_static_bytes(const KernelKey& key) {
+  const int red = key.kind == KernelKind::decode_fc2_sum
+                      ? std::max(inline_route_pairs(key), kInlineRoutePairsNarrow) * key.parts * 16 * key.slabs * 4
+                      : (key.warps > 1 ? key.warps * key.ntiles * 4 * 32 * 4 : 4);
+  return red + inline_route_list_bytes(key) + 16;
+}
+int other_static_bytes(const KernelKey& key) {
+  switch (key.kind) {
+    case KernelKind::decode_fc2:
+    case KernelKind::decode_fc2_sum: return fc2_static_bytes(key);
+    case KernelKind::decode_fused: return fc1_static_bytes(key) + fc2_static_bytes(key);
+    default: return fc1_static_bytes(key);
+  }
+}
+
+// The stages' bytes: static arrays (the fused kernel's two phases share one where their sizes agree), or in
+// dynamic shared memory, where both phases start at the same byte.
+int csf_stage_bytes(const KernelKey& key, bool dynamic) {
+  const bool fc2_kind = key.kind == KernelKind::decode_fc2 || key.kind == KernelKind::decode_fc2_sum;
+  const int fc1 = fc2_kind ? 0 : fc1_csf_stage_bytes(key);
+  const int fc2 = fc2_kind || key.kind == KernelKind::decode_fused ? fc2_csf_stage_bytes(key) : 0;
+  return dynamic || fc1 == fc2 ? std::max(fc1, fc2) : fc1 + fc2;
+}
+
+// Static shared memory a kernel may declare.
+constexpr int kStaticSmemLimit = 48 * 1024;
+
+// Whether the key's CSF stages go to dynamic shared memory (templates/csf_scales.cuh csf_stage_area):
+// only where they do not fit in static shared memory beside the kernel's other arrays, so that a launch
+// keeps the carveout the driver picks (a launch with dynamic shared memory asks for the largest).
+bool csf_stage_dynamic(const KernelKey& key) {
+  const int stage = csf_stage_bytes(key, false);
+  return stage > 0 && other_static_bytes(key) + stage > kStaticSmemLimit;
+}
+
+int dynamic_smem(const KernelKey& key) {
+  const int ring = key.kind == KernelKind::decode_fc1_stream ? stream_ring_bytes(key) : 0;
+  return ring + (csf_stage_dynamic(key) ? csf_stage_bytes(key, true) : 0);
 }
 
 // The register-fed kinds, whose chunk loop is shaped by their register cap.
@@ -137,7 +197,7 @@ std::string fc1_source(const KernelKey& key, const std::string& entry) {
 }
 
 std::string fc1_stream_source(const KernelKey& key, const std::string& entry) {
-  const int smem = dynamic_smem(key);
+  const int smem = stream_ring_bytes(key);
   const int most = arch_limits(key.arch).max_dynamic_smem;
   if (smem > most)
     throw Error(fmt::format("kernel key {}: the ring needs {} bytes of shared memory, more than the {} a CTA has on {}",
@@ -187,7 +247,16 @@ std::string fc2_source(const KernelKey& key, const std::string& entry) {
 }
 
 std::string source(const KernelKey& key, const std::string& entry) {
-  const std::string header = kernel_header(key, register_fed(key.kind) ? decode_register_cap(key) : 0);
+  std::string header = kernel_header(key, register_fed(key.kind) ? decode_register_cap(key) : 0);
+  if (csf_stage_bytes(key, false) > 0) {
+    // The CSF stages and the kernel's other shared memory must fit one CTA (static and dynamic together).
+    const int most = arch_limits(key.arch).max_dynamic_smem, bytes = decode_cta_smem(key);
+    if (bytes > most)
+      throw Error(fmt::format("kernel key {}: with its CSF scale stages a CTA takes {} bytes of shared memory, more "
+                              "than the {} a CTA has on {}",
+                              key.str(), bytes, most, to_string(key.arch)));
+    if (csf_stage_dynamic(key)) header += "#define MOEJIT_CSF_STAGE_DYNAMIC 1\n";
+  }
   switch (key.kind) {
     case KernelKind::decode_fc1_stream: return header + fc1_stream_source(key, entry);
     case KernelKind::decode_fc2:
@@ -212,6 +281,17 @@ int staged_x_cta_bytes(const KernelKey& key) {
   return staged_x_bytes(key) + fc1_reduction_bytes(key) + inline_route_list_bytes(key);
 }
 
+int decode_cta_smem(const KernelKey& raw) {
+  const KernelKey key = raw.normalized();
+  return other_static_bytes(key) + (csf_stage_dynamic(key) ? 0 : csf_stage_bytes(key, false)) + dynamic_smem(key);
+}
+
+bool decode_smem_fits(const KernelKey& key) {
+  const ArchLimits& arch = arch_limits(key.arch);
+  const int bytes = decode_cta_smem(key);
+  return bytes <= arch.max_dynamic_smem && decode_ctas_per_sm(key) * (bytes + arch.smem_reserved) <= arch.smem_per_sm;
+}
+
 int inline_route_pairs(const KernelKey& key) {
   return key.inline_route == 0 ? 0 : key.inline_route == 1 ? kInlineRoutePairsNarrow : kInlineRouteMaxPairs;
 }
@@ -233,7 +313,8 @@ int decode_ctas_per_sm(const KernelKey& key) {
     // Shared memory per CTA: the ring, the static reduction buffer and routing list, and what the
     // driver reserves per CTA, out of the SM's shared memory.
     const int per_cta = kernel_dynamic_smem(key) + key.warps * key.ntiles * fc1_mats(key) * 4 * 32 * 4 +
-                        inline_route_list_bytes(key) + arch.smem_reserved;
+                        inline_route_list_bytes(key) + (csf_stage_dynamic(key) ? 0 : csf_stage_bytes(key, false)) +
+                        arch.smem_reserved;
     ctas = std::max(1, std::min(arch.max_threads_per_sm / block, arch.smem_per_sm / per_cta));  // as many as fit
   }
   return std::min(ctas, resident);

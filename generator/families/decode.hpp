@@ -37,6 +37,18 @@ int decode_register_cap(const KernelKey& key);
 // of ~16 registers): FC2 always with one token tile, FC1 only where its register cap leaves 80. Pure;
 // throws moejit::Error for a key that does not normalize.
 bool decode_activation_ring(const KernelKey& key);
+// Shared memory of a decode CTA, at most: its static arrays (templates/moe_decode_*.cuh: the reduction or
+// raw-sum buffer, routing state, a staged x row, the CSF scale stages of templates/csf_scales.cuh) and its
+// dynamic shared memory (a streaming ring; CSF stages too large for static shared memory). Pure.
+int decode_cta_smem(const KernelKey& key);
+// Whether a decode key's CTA fits the architecture at the CTAs per SM it is built for (decode_ctas_per_sm):
+// decode_cta_smem per CTA, plus what the driver reserves, per SM. Pure.
+bool decode_smem_fits(const KernelKey& key);
+// A planned decode key as it reads CSF scales (KernelKey::csf_scales set): where its CSF scale stages do not
+// fit beside a staged x row at its CTAs per SM, x is read per step (and NVFP4's long FC1 warps take 8
+// columns, as the planner gives them without staging); where the CTA still does not fit, fewer CTAs per SM.
+// Keys that read plain scales, or fit, come back as they are. Pure.
+KernelKey fit_decode_csf_key(KernelKey key);
 // Static shared memory of a decode_fc1 CTA that stages its x row (KernelKey::x_staged): each warp's part of
 // the row at 128 bytes per chunk after 256 bytes of zeros (templates/slab_mma.cuh: kStageZeros), the
 // cross-warp reduction buffer (both per slab group) and the inline routing list. Pure.

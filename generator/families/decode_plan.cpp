@@ -219,6 +219,20 @@ int one_slab_ctas_per_sm(KernelKey fc1) {
 
 }  // namespace
 
+KernelKey fit_decode_csf_key(KernelKey k) {
+  if (k.csf_scales == 0 || decode_smem_fits(k)) return k;
+  if (k.x_staged) {
+    k.x_staged = false;
+    if (k.format == ScaleFormat::nvfp4 && k.kind == KernelKind::decode_fc1 && fc1_chunks_per_warp(k) > 16)
+      k.columns = 8;
+    k = k.normalized();
+    if (decode_smem_fits(k)) return k;
+  }
+  const ArchLimits& arch = arch_limits(k.arch);
+  k.min_blocks = std::max(1, arch.smem_per_sm / (decode_cta_smem(k) + arch.smem_reserved));
+  return k.normalized();
+}
+
 Plan plan_decode(const PlanRequest& r) {
   const LayerSpec& spec = r.spec;
   const int tokens = r.tokens, sms = r.sm_count;

@@ -46,16 +46,18 @@ void launch_two(const ForwardContext& ctx, const KernelKey& fc1_key, const Kerne
   const LayerSpec& spec = ctx.layer.spec();
   const unsigned slots = slot_capacity(ctx);
   DecodeFc1Params p1 = fc1_params(ctx, fc1_key);
-  // One CTA per (slab, slot) item; a8's per (32-row scale block, slot), in two slab groups of warps.
+  // One CTA per (slab, slot) item; a8's per (32-row scale block, slot), in two slab groups of warps. Dynamic
+  // shared memory: a streaming ring, or CSF scale stages too large for static shared memory (0 for the
+  // other keys).
   const unsigned per_slot = static_cast<unsigned>(decode_fc1_items_per_slot(fc1_key));
-  LaunchShape s1{per_slot, slots, 1, static_cast<unsigned>(kernel_threads(fc1_key)), 0};
+  const unsigned fc1_smem = static_cast<unsigned>(kernel_dynamic_smem(fc1_key));
+  LaunchShape s1{per_slot, slots, 1, static_cast<unsigned>(kernel_threads(fc1_key)), fc1_smem};
   if (fc1_key.kind == KernelKind::decode_fc1_loop || fc1_key.kind == KernelKind::decode_fc1_stream) {
     // One wave walks the items: as many CTAs as the register cap (and a streaming kernel's ring) keeps
     // resident, at most one per item.
     const unsigned items = per_slot * slots;
     const unsigned wave = static_cast<unsigned>(ctx.sm_count * decode_ctas_per_sm(fc1_key));
-    s1 = LaunchShape{std::min(items, wave), 1, 1, static_cast<unsigned>(kernel_threads(fc1_key)),
-                     static_cast<unsigned>(kernel_dynamic_smem(fc1_key))};
+    s1 = LaunchShape{std::min(items, wave), 1, 1, static_cast<unsigned>(kernel_threads(fc1_key)), fc1_smem};
   }
   // After the a8/a4 pre-pass FC1 is its programmatic dependent: the weight loads overlap it, and slab_mma
   // waits for it before reading the rows.
@@ -66,7 +68,7 @@ void launch_two(const ForwardContext& ctx, const KernelKey& fc1_key, const Kerne
   // decode_fc2_sum: `groups` CTAs per slab serve every expert; decode_fc2: one CTA per (slab, slot).
   const unsigned fc2_slots = fc2_key.kind == KernelKind::decode_fc2_sum ? static_cast<unsigned>(fc2_key.groups) : slots;
   LaunchShape s2{static_cast<unsigned>(spec.hidden / (16 * fc2_key.slabs)), fc2_slots, 1,
-                 static_cast<unsigned>(fc2_key.warps * 32), 0};
+                 static_cast<unsigned>(fc2_key.warps * 32), static_cast<unsigned>(kernel_dynamic_smem(fc2_key))};
   launch(ctx.modules.function(fc2_key, ctx.stream), s2, ctx.stream, &p2,
          /*programmatic_dependent=*/ctx.plan.launch == DecodeLaunch::pdl);
 }
@@ -85,8 +87,8 @@ void launch_fused(const ForwardContext& ctx, const KernelKey& key) {
   // compute-sanitizer's initcheck reports.
   check(driver().cuMemsetD8Async(p.barrier, 0, 2 * sizeof(uint32_t), ctx.stream), "cuMemsetD8Async(barrier)");
   const unsigned items = static_cast<unsigned>(std::max(spec.intermediate, spec.hidden) / 16) * p.slots;
-  launch_cooperative(ctx.modules.function(key, ctx.stream), items, static_cast<unsigned>(key.warps * 32), 0,
-                     ctx.sm_count, ctx.stream, &p);
+  launch_cooperative(ctx.modules.function(key, ctx.stream), items, static_cast<unsigned>(key.warps * 32),
+                     static_cast<unsigned>(kernel_dynamic_smem(key)), ctx.sm_count, ctx.stream, &p);
 }
 
 }  // namespace

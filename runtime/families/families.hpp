@@ -77,19 +77,24 @@ void set_fc2_common(Params& p, const ForwardContext& ctx) {
   p.route = routing_args(ctx);
 }
 
+// Where a kernel's parameters take the lists' heads and their length (the decode kernels' s_head and
+// s_head_words); null where they do not (the batch and prefill kernels).
+struct CsfHeadFields {
+  DevicePtr* head = nullptr;
+  i32* words = nullptr;
+};
 // The scale plane `plane` (1 FC1's, 2 FC2's) as `key` reads it: the plain prepared plane in s, or, where
 // key.csf_scales has the plane's bit, the prepared CSF plane (offsets in s, base bytes and exception lists
-// in s_base and s_exc, the lists' heads in *s_head where the kernel takes them). Throws moejit::Error where
-// the layer holds no such plane.
+// in s_base and s_exc, the lists' heads and their length in heads' fields where the kernel takes them).
+// Throws moejit::Error where the layer holds no such plane.
 void select_scale_plane(const ForwardContext& ctx, const KernelKey& key, int plane, DevicePtr& s, DevicePtr& s_base,
-                        DevicePtr& s_exc, DevicePtr* s_head);
-// The decode kernels' parameters also take the lists' heads (s_head); the batch and prefill kernels' do not.
+                        DevicePtr& s_exc, CsfHeadFields heads);
 template <class Params>
-DevicePtr* csf_heads_of(Params& p) {
+CsfHeadFields csf_heads_of(Params& p) {
   if constexpr (requires { p.s_head; })
-    return &p.s_head;
+    return {&p.s_head, &p.s_head_words};
   else
-    return nullptr;
+    return {};
 }
 template <class Params>
 void set_fc1_scales(Params& p, const ForwardContext& ctx, const KernelKey& key) {

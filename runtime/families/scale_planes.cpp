@@ -8,7 +8,7 @@
 namespace moejit::detail {
 
 void select_scale_plane(const ForwardContext& ctx, const KernelKey& key, int plane, DevicePtr& s, DevicePtr& s_base,
-                        DevicePtr& s_exc, DevicePtr* s_head) {
+                        DevicePtr& s_exc, CsfHeadFields heads) {
   const PreparedLayerImpl& L = ctx.layer;
   const bool fc1 = plane == 1;
   if (key.csf_scales & plane) {
@@ -20,7 +20,8 @@ void select_scale_plane(const ForwardContext& ctx, const KernelKey& key, int pla
     s = b.offsets.ptr();
     s_base = b.base.ptr();
     s_exc = b.exc.ptr();
-    if (s_head) *s_head = b.head.ptr();
+    if (heads.head) *heads.head = b.head.ptr();
+    if (heads.words) *heads.words = b.head_words;
     return;
   }
   const DeviceBuffer& plain = fc1 ? L.fc1_s : L.fc2_s;
@@ -31,7 +32,8 @@ void select_scale_plane(const ForwardContext& ctx, const KernelKey& key, int pla
   s = plain.ptr();
   s_base = 0;
   s_exc = 0;
-  if (s_head) *s_head = 0;
+  if (heads.head) *heads.head = 0;
+  if (heads.words) *heads.words = 0;
 }
 
 }  // namespace moejit::detail
