@@ -65,8 +65,8 @@ struct CsfSlab {
 // loop of kernels at their register caps): the base bytes, a cursor into the slab's list, and how many
 // chunks remain until the chunk of the record it points at (uniform over the warp: every lane walks the
 // same list and the same chunks). kStride: chunks between a warp's consecutive chunks (its K parts).
-// kMaskedPatch: records are applied with masks instead of branches (CsfWarpReader).
-template <bool kNvfp4, int kMats, int kStride, bool kMaskedPatch = false>
+// CsfWarpReader's building block.
+template <bool kNvfp4, int kMats, int kStride>
 struct CsfReader {
   static_assert(kMats == 1 || kMats == 2, "one or two matrices");
   u32 bases;   // kMats 1: the base pattern; 2: rows (g, g + 8) of matrix 0 | of matrix 1 << 16
@@ -82,10 +82,6 @@ struct CsfReader {
     cursor = s.start;
     gap = (int)(__ldg(s.exc + (cursor & 0x7FFFFFFFu)) >> 16) - first_chunk;
   }
-
-  // The lane's offsets word of a matrix at `at` (ring loads): NVFP4 its row group's word, MXFP4 the
-  // chunk's word (all lanes read the same address).
-  MOEJIT_DEVICE static u32 load(const u8* at) { return ld_stream_4(at); }
 
   // The lane's plain scale bytes (the u32x2 of fp4_decode.cuh block_scales) of each matrix for the
   // warp's next chunk, from its offsets words; then steps to the warp's following chunk.
@@ -118,24 +114,15 @@ struct CsfReader {
       const u32 key = (r >> 11) & 0xFu;
       if ((r >> 16) == c && (kMats == 2 ? (key & 7u) == who : key == who)) {
         const u32 i = (r >> 8) & 7u, shift = 8u * (i & 3u), keep = ~(0xFFu << shift), byte = (r & 0xFFu) << shift;
-        if constexpr (kMaskedPatch) {
-          // Masks rather than branches per matrix and word: in the batch and prefill consumers a branch on
-          // the record's matrix or byte index became an indexed local-memory access to the scale words.
-          const u32 in_x = i < 4 ? ~0u : 0u;
+        // Masks rather than branches per matrix and word: in the batch and prefill consumers a branch on the
+        // record's matrix or byte index became an indexed local-memory access to the scale words.
+        const u32 in_x = i < 4 ? ~0u : 0u;
 #pragma unroll
-          for (int m = 0; m < kMats; ++m) {
-            const u32 in_m = kMats == 1 || (key >> 3) == (u32)m ? ~0u : 0u;
-            const u32 mx = in_m & in_x & ~keep, my = in_m & ~in_x & ~keep;
-            s[m].x = (s[m].x & ~mx) | (byte & mx);
-            s[m].y = (s[m].y & ~my) | (byte & my);
-          }
-        } else {
-#pragma unroll
-          for (int m = 0; m < kMats; ++m)
-            if (kMats == 1 || (key >> 3) == (u32)m) {
-              if (i < 4) s[m].x = (s[m].x & keep) | byte;
-              else s[m].y = (s[m].y & keep) | byte;
-            }
+        for (int m = 0; m < kMats; ++m) {
+          const u32 in_m = kMats == 1 || (key >> 3) == (u32)m ? ~0u : 0u;
+          const u32 mx = in_m & in_x & ~keep, my = in_m & ~in_x & ~keep;
+          s[m].x = (s[m].x & ~mx) | (byte & mx);
+          s[m].y = (s[m].y & ~my) | (byte & my);
         }
       }
       ++cursor;
@@ -326,7 +313,7 @@ struct CsfWarpReader {
   static constexpr int kReaders = kMats == 2 ? kPerWarp : 1;
   static constexpr int kReaderMats = kA / kReaders;
   static constexpr bool kReads = true;
-  CsfReader<kNvfp4, kReaderMats, kStride, true> reader[kReaders];
+  CsfReader<kNvfp4, kReaderMats, kStride> reader[kReaders];
 
   // e: the expert; slab0: the warp's first slab; slabs: the plane's slabs per matrix; g: the lane's row group.
   MOEJIT_DEVICE void begin(const CsfPlaneArrays& a, int e, int slab0, int slabs, int g, int first_chunk) {

@@ -82,7 +82,8 @@ TEST_CASE("prepared csf: exact round trip to the plain prepared bytes, every geo
 }
 
 namespace {
-// The decode kernels' walk (templates/csf_scales.cuh CsfReader, slab_operands' list and m bit): warp
+// The batch and prefill kernels' walk (templates/csf_scales.cuh CsfReader inside CsfWarpReader, its list
+// and m bit; with parts > 1 as a reader striding over K parts would walk): warp
 // `part` of kParts takes chunks part, part + kParts, ... of a slab of `mats` kernel matrices (FC1's two
 // matrices, or FC2-sum's two adjacent slabs of a one-matrix plane), keeps a cursor and the chunks until
 // its record, and each lane of row group g rebuilds its bytes. Written as the device code is, with the
