@@ -44,6 +44,26 @@ struct SingleWarpBlock {
   MOEJIT_DEVICE void operator()(unsigned (&)[kNT][2]) const {}
 };
 
+// The exchange itself: this warp's column maxima into `mine` (lanes 0..3 hold every column's), `sync` (a
+// barrier of both warps), then the maximum with the partner's from `other`.
+template <int kNT, class Sync>
+MOEJIT_DEVICE void exchange_column_maxima(unsigned (&amax)[kNT][2], unsigned* mine, const unsigned* other, Sync sync) {
+  const int lane = lane_id(), c4 = lane & 3;
+  if (lane < 4)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) mine[nt * 8 + 2 * c4 + c] = amax[nt][c];
+  sync();
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const unsigned o = other[nt * 8 + 2 * c4 + c];
+      amax[nt][c] = o > amax[nt][c] ? o : amax[nt][c];
+    }
+}
+
 // amax[nt][c]: the maximum (fp32 bits of |v|) over this warp's 16 rows of column nt * 8 + 2 * (lane & 3) + c,
 // already reduced over the lanes of the column (every lane of a column holds it). Becomes the maximum over
 // both slabs of the pair. Every lane of both warps must call it, also a warp whose slab lies past the
@@ -57,22 +77,10 @@ struct WarpPairBlock {
   MOEJIT_DEVICE void operator()(unsigned (&amax)[kNT][2]) const {
     static_assert(kNT * 8 <= kCols, "the area holds the tile's columns");
     unsigned* area = slab_pair_area<kWarps, kCols>();
-    const int warp = threadIdx.x >> 5, lane = lane_id(), c4 = lane & 3;
+    const int warp = threadIdx.x >> 5;
     slab_pair_sync<kWarps / 2>(warp >> 1);
-    if (lane < 4)
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) area[warp * kCols + nt * 8 + 2 * c4 + c] = amax[nt][c];
-    slab_pair_sync<kWarps / 2>(warp >> 1);
-    const unsigned* other = area + (warp ^ 1) * kCols;
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const unsigned o = other[nt * 8 + 2 * c4 + c];
-        amax[nt][c] = o > amax[nt][c] ? o : amax[nt][c];
-      }
+    exchange_column_maxima(amax, area + warp * kCols, area + (warp ^ 1) * kCols,
+                           [&] { slab_pair_sync<kWarps / 2>(warp >> 1); });
   }
 };
 
@@ -90,21 +98,9 @@ struct SlabGroupPairBlock {
   MOEJIT_DEVICE void operator()(unsigned (&amax)[kN][2]) const {
     static_assert(kN == kNT, "the area holds the pass's n-tiles");
     unsigned* area = slab_pair_area<2, kNT * 8>();
-    const int group = (threadIdx.x >> 5) / kWarps, lane = lane_id(), c4 = lane & 3;
-    if (lane < 4)
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) area[group * kNT * 8 + nt * 8 + 2 * c4 + c] = amax[nt][c];
-    named_barrier_64<kSlabPairBarrierBase>();
-    const unsigned* other = area + (group ^ 1) * kNT * 8;
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const unsigned o = other[nt * 8 + 2 * c4 + c];
-        amax[nt][c] = o > amax[nt][c] ? o : amax[nt][c];
-      }
+    const int group = (threadIdx.x >> 5) / kWarps;
+    exchange_column_maxima(amax, area + group * kNT * 8, area + (group ^ 1) * kNT * 8,
+                           [] { named_barrier_64<kSlabPairBarrierBase>(); });
   }
 };
 
