@@ -3,7 +3,7 @@
 // output against the fp64 CPU reference at the small shape, and exit.
 //
 //   gpu_sanitize_cases --family decode|cooperative|batch|wgmma|prefill|csf|csf-stream|csf-batch|csf-prefill|
-//                               wgmma-a8|wgmma-a4|prefill-a8|prefill-a4|prefill-teams
+//                               decode-a8|decode-a4|wgmma-a8|wgmma-a4|prefill-a8|prefill-a4|prefill-teams
 //                      --shape small|real
 //
 // decode: the default decode launches (route kernel or inline routing, FC1, FC2/FC2-sum); cooperative:
@@ -15,12 +15,12 @@
 // exception lists the kernels walk); csf-stream: the same with the streaming FC1 and FC2-sum; csf-batch: the
 // batch family with CSF scale reads, register-fed and warpgroup-MMA (sm_90a) token counts; csf-prefill: the
 // prefill family with CSF scale reads (sm_90a: the producer copies offsets, the consumers rebuild the
-// scales); wgmma-a8, wgmma-a4, prefill-a8, prefill-a4: wgmma and prefill with the layer in the a8 or a4
-// activation precision (x quantized where FC1 stages it, the intermediate in FC1's epilogue, a8's scale
-// blocks exchanged between warp pairs through shared memory; a4 with calibrated scales). Every case also runs the
-// weight-repack (prepare) kernel and, where the plan has it, the route kernel. small: 3 experts, H 96,
-// I 160 (tails in every tile); real: gpt-oss-120b's layer (random FP4 codes; no reference check there,
-// it would take minutes under the sanitizer's slowdown). The workspace is left as cuMemAlloc returns it,
+// scales); decode-a8, decode-a4, wgmma-a8, wgmma-a4, prefill-a8, prefill-a4: decode, wgmma and prefill
+// with the layer in the a8 or a4 activation precision (x quantized by the pre-pass or where FC1 stages it,
+// the intermediate in FC1's epilogue, a8's scale blocks exchanged between warp pairs or slab groups
+// through shared memory; a4 with calibrated scales). Every case also runs the weight-repack (prepare)
+// kernel and, where the plan has it, the route kernel. small: 3 experts, H 96, I 160 (tails in every
+// tile); real: gpt-oss-120b's layer (random FP4 codes; no reference check there, it would take minutes under the sanitizer's slowdown). The workspace is left as cuMemAlloc returns it,
 // so initcheck sees any read of memory no kernel wrote. Exit 0 ok, 1 wrong output, 2 error, 77 no GPU.
 #include <fmt/format.h>
 #include <stdlib.h>
@@ -81,6 +81,7 @@ Case case_for(const std::string& family, bool real) {
   }
   for (ActPrecision p : {ActPrecision::a8, ActPrecision::a4}) {
     const std::string suffix = fmt::format("-{}", to_string(p));
+    if (family == "decode" + suffix) return {Family::decode, {1, 5, real ? 32 : 17}, ScaleReads::plain, p};
     if (family == "wgmma" + suffix) return {Family::batch, {real ? 512 : 64}, ScaleReads::plain, p};
     if (family == "prefill" + suffix) return {Family::prefill, {real ? 256 : 65, real ? 512 : 127}, ScaleReads::plain, p};
   }
@@ -93,7 +94,7 @@ Case case_for(const std::string& family, bool real) {
   if (family == "csf-batch") return {Family::batch, {real ? 64 : 5, real ? 512 : 64}, ScaleReads::csf};
   if (family == "csf-prefill") return {Family::prefill, {real ? 256 : 65, real ? 512 : 127}, ScaleReads::csf};
   throw Error(fmt::format("--family {}: expected decode, cooperative, batch, wgmma, prefill, csf, csf-stream, "
-                          "csf-batch, csf-prefill, wgmma-a8, wgmma-a4, prefill-a8, prefill-a4 or prefill-teams",
+                          "csf-batch, csf-prefill, decode-a8, decode-a4, wgmma-a8, wgmma-a4, prefill-a8, prefill-a4 or prefill-teams",
                           family));
 }
 
@@ -166,7 +167,7 @@ int main(int argc, char** argv) {
   if (family.empty() || shape.empty()) {
     std::fprintf(stderr,
                  "usage: gpu_sanitize_cases --family decode|cooperative|batch|wgmma|prefill|csf|csf-stream|csf-batch|"
-                 "csf-prefill|wgmma-a8|wgmma-a4|prefill-a8|prefill-a4|prefill-teams --shape small|real\n");
+                 "csf-prefill|decode-a8|decode-a4|wgmma-a8|wgmma-a4|prefill-a8|prefill-a4|prefill-teams --shape small|real\n");
     return 2;
   }
   try {
