@@ -20,8 +20,9 @@
 // the intermediate in FC1's epilogue, a8's scale blocks exchanged between warp pairs or slab groups
 // through shared memory; a4 with calibrated scales). Every case also runs the weight-repack (prepare)
 // kernel and, where the plan has it, the route kernel. small: 3 experts, H 96, I 160 (tails in every
-// tile); real: gpt-oss-120b's layer (random FP4 codes; no reference check there, it would take minutes under the sanitizer's slowdown). The workspace is left as cuMemAlloc returns it,
-// so initcheck sees any read of memory no kernel wrote. Exit 0 ok, 1 wrong output, 2 error, 77 no GPU.
+// tile); real: gpt-oss-120b's layer (random FP4 codes; no reference check there, it would take minutes
+// under the sanitizer's slowdown). The workspace is left as cuMemAlloc returns it, so initcheck sees any
+// read of memory no kernel wrote. Exit 0 ok, 1 wrong output, 2 error, 77 no GPU.
 #include <fmt/format.h>
 #include <stdlib.h>
 
