@@ -12,13 +12,19 @@ cfg=${3:-deepseek-v3} m=${4:-4096} family=${5:-prefill} regex=${6:-"${5:-prefill
 mkdir -p "$logs"
 ncu=$(command -v ncu || echo "${MOEJIT_CUDA_ROOT:-/usr/local/cuda}/bin/ncu")
 [ -x "$ncu" ] || { echo "gpu_profile.sh: ncu not found" >&2; exit 2; }
-out=$logs/ncu-$cfg-$family-$m.txt
-timeout "${PROFILE_TIMEOUT:-200}" "$ncu" --cache-control all --clock-control none -k "regex:$regex" \
+name=$logs/ncu-$cfg-$family-$m
+out=$name.txt
+timeout "${PROFILE_TIMEOUT:-200}" "$ncu" --cache-control all --clock-control none -k "regex:$regex" -f -o "$name" \
   --launch-skip "${SKIP:-2}" --launch-count "${COUNT:-2}" \
   --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
   --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy --section SourceCounters \
-  "$cli" bench --config "$cfg" --family "$family" --tokens "$m" --replays 1 --dense off > "$out" 2>&1
+  "$cli" bench --config "$cfg" --family "$family" --tokens "$m" --replays 1 --dense off > "$name.run.log" 2>&1
 rc=$?
-echo "ncu rc=$rc: $out"
+"$ncu" -i "$name.ncu-rep" > "$out" 2>&1
+# every SASS line with its stall samples, per kernel, for reading the hot loop offline
+"$ncu" -i "$name.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip > "$name.sass.csv.gz"
+# every collected metric (pipe utilizations, L2 and shared-memory traffic) as one CSV row per kernel
+"$ncu" -i "$name.ncu-rep" --page raw --csv > "$name.raw.csv" 2>&1
+echo "ncu rc=$rc: $out, $name.raw.csv, $name.sass.csv.gz ($name.ncu-rep)"
 grep -E "  [a-z_0-9]+_fc[12]|Duration|Compute \(SM\) Throughput|Memory Throughput|Issued Ipc Active|No Eligible|Eligible Warps|Warp Cycles Per Issued|DRAM Throughput|L2 Cache Throughput" "$out" | head -60
 exit $rc

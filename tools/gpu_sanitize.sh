@@ -11,6 +11,7 @@
 # to $LOG_DIR (default build/gpu-sanitize/). Exits 1 when any run reports an error.
 #
 #   bash tools/gpu_sanitize.sh [--tools "memcheck racecheck"] [--families "decode batch"] [--shapes small]
+# SANITIZE_BIN names a built gpu_sanitize_cases to use as it is (a machine without the build tree).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -31,8 +32,11 @@ if [ ! -x "$SANITIZER" ]; then
   echo "gpu_sanitize.sh: compute-sanitizer not found (set COMPUTE_SANITIZER or install the CUDA toolkit)" >&2
   exit 2
 fi
-cmake --build "$BUILD_DIR" --target gpu_sanitize_cases -j "$(nproc)" >/dev/null || exit 2
-BIN=$BUILD_DIR/tests/gpu_sanitize_cases
+BIN=${SANITIZE_BIN:-}
+if [ -z "$BIN" ]; then
+  cmake --build "$BUILD_DIR" --target gpu_sanitize_cases -j "$(nproc)" >/dev/null || exit 2
+  BIN=$BUILD_DIR/tests/gpu_sanitize_cases
+fi
 # A private cache, so the kernels compile once for all the runs (compiles are not what is checked).
 export MOEJIT_CACHE_DIR=${MOEJIT_CACHE_DIR:-$PWD/$BUILD_DIR/test-cache}
 mkdir -p "$LOG_DIR"
