@@ -310,11 +310,8 @@ int decode_ctas_per_sm(const KernelKey& key) {
   if (key.min_blocks > 0) return std::min(key.min_blocks, resident);
   int ctas = key.ntiles >= 4 ? 1 : std::max(1, 512 / block);
   if (key.kind == KernelKind::decode_fc1_stream) {
-    // Shared memory per CTA: the ring, the static reduction buffer and routing list, and what the
-    // driver reserves per CTA, out of the SM's shared memory.
-    const int per_cta = kernel_dynamic_smem(key) + key.warps * key.ntiles * fc1_mats(key) * 4 * 32 * 4 +
-                        inline_route_list_bytes(key) + (csf_stage_dynamic(key) ? 0 : csf_stage_bytes(key, false)) +
-                        arch.smem_reserved;
+    // Shared memory per CTA (static and dynamic) and what the driver reserves per CTA, out of the SM's.
+    const int per_cta = decode_cta_smem(key) + arch.smem_reserved;
     ctas = std::max(1, std::min(arch.max_threads_per_sm / block, arch.smem_per_sm / per_cta));  // as many as fit
   }
   return std::min(ctas, resident);
