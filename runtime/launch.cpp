@@ -68,6 +68,32 @@ unsigned cooperative_grid_limit(CUfunction f, unsigned block, unsigned dynamic_s
   return static_cast<unsigned>(per_sm) * static_cast<unsigned>(sm_count);
 }
 
+unsigned max_active_clusters(CUfunction f, unsigned cluster, unsigned block, unsigned dynamic_smem) {
+  allow_dynamic_smem(f, dynamic_smem);
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr.value.clusterDim.x = cluster;
+  attr.value.clusterDim.y = 1;
+  attr.value.clusterDim.z = 1;
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = cluster;
+  cfg.gridDimY = 1;
+  cfg.gridDimZ = 1;
+  cfg.blockDimX = block;
+  cfg.blockDimY = 1;
+  cfg.blockDimZ = 1;
+  cfg.sharedMemBytes = dynamic_smem;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  check(driver().cuOccupancyMaxActiveClusters(&clusters, f, &cfg), "cuOccupancyMaxActiveClusters");
+  if (clusters <= 0)
+    throw Error(fmt::format("cluster launch: no cluster of {} CTAs of {} threads with {} bytes of dynamic shared memory "
+                            "fits on the device",
+                            cluster, block, dynamic_smem));
+  return static_cast<unsigned>(clusters);
+}
+
 unsigned launch_cooperative(CUfunction f, unsigned wanted_grid, unsigned block, unsigned dynamic_smem, int sm_count,
                             CUstream stream, void* params, bool programmatic_dependent) {
   const unsigned grid = std::max(1u, std::min(wanted_grid, cooperative_grid_limit(f, block, dynamic_smem, sm_count)));

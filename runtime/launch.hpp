@@ -24,6 +24,9 @@ void launch(CUfunction f, const LaunchShape& shape, CUstream stream, void* param
 // (occupancy x SM count); raises the function's dynamic shared memory limit first, without which the
 // occupancy query answers 0.
 unsigned cooperative_grid_limit(CUfunction f, unsigned block, unsigned dynamic_smem, int sm_count);
+// Most clusters of `cluster` CTAs (a kernel compiled with those cluster dimensions) of `block` threads with
+// `dynamic_smem` bytes that the device runs at once.
+unsigned max_active_clusters(CUfunction f, unsigned cluster, unsigned block, unsigned dynamic_smem);
 // Cooperative launch (grid barrier capable) of a 1-D grid of min(wanted, limit) CTAs; returns the grid
 // used. The kernel must be correct for any grid size. programmatic_dependent: also a programmatic
 // dependent of the previous kernel in the stream (it must call griddepcontrol.wait before reading that

@@ -73,6 +73,32 @@ MOEJIT_DEVICE void bulk_copy_to_shared(u32 dst, const void* src, u32 bytes, u32 
                : "memory");
 }
 
+// Clusters (sm_90): this CTA's rank in its cluster, a barrier over every thread of the cluster (release /
+// acquire: shared-memory writes before it, barrier inits included, are seen by the other CTAs after it),
+// an arrival on the barrier at the same shared address in CTA `rank` of the cluster, and the bulk copy that
+// lands at the same shared address in every CTA of `cta_mask` and completes its bytes on each one's barrier
+// at `bar`'s address.
+MOEJIT_DEVICE u32 cluster_cta_rank() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+MOEJIT_DEVICE void cluster_sync_all() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+MOEJIT_DEVICE void mbarrier_arrive_cluster(u32 bar, u32 rank) {
+  asm volatile(
+      "{ .reg .b32 r; mapa.shared::cluster.u32 r, %0, %1; mbarrier.arrive.release.cluster.shared::cluster.b64 _, [r]; }" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+MOEJIT_DEVICE void bulk_copy_to_shared_multicast(u32 dst, const void* src, u32 bytes, u32 bar, u16 cta_mask) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar), "h"(cta_mask)
+      : "memory");
+}
+
 // 16-byte global -> shared copies that bypass the registers (L2 only, so rows other CTAs wrote are
 // seen); src_bytes 0 fills zeros. Commit, then wait for all of this thread's copies.
 MOEJIT_DEVICE void cp_async_16(u32 dst, const void* src, int src_bytes) {

@@ -176,6 +176,14 @@ struct PrefillBarriers {
   MOEJIT_DEVICE u32 turn(int t) const { return base + 8 * (2 * kStages + t); }
 };
 
+// A consumer warp's release of stage s (lane 0): on its own CTA's empty barrier and, in a cluster pair, on
+// the other CTA's too, whose producer multicasts half of each B block into this CTA's stage.
+template <int kCluster, int kStages>
+MOEJIT_DEVICE void prefill_release(const PrefillBarriers<kStages>& bars, int s) {
+  mbarrier_arrive(bars.empty(s));
+  if constexpr (kCluster > 1) mbarrier_arrive_cluster(bars.empty(s), cluster_cta_rank() ^ 1u);
+}
+
 // Ring position, shared by producer and consumers' walks: the stage and the parity of its current use.
 template <int kStages>
 struct RingCursor {
@@ -202,9 +210,12 @@ struct RingCursor {
 // its pieces have landed. Bulk copies of the small runs (one per slab and kind, 17 per stage) bounded the
 // kernel by the copy engine's requests; cp.async spreads them over the lanes. The unit's row group holds
 // kWarps x kPerWarp slabs, warp w's from slab w x kPerWarp on; slabs past the matrix copy the last one
-// (their rows are dropped). kCsf: s is a prepared CSF plane's offsets, and the slabs' offsets of the chunk
+// (their rows are dropped). kCluster 2: the two CTAs of a cluster work on one tile (row groups 2i and
+// 2i + 1) and share its B blocks: each copies half of a block's rows (whole 8-row swizzle blocks; rank 0
+// the first half) into both CTAs' stage at once, so the full barrier of each still counts the whole block. kCsf: s is a prepared CSF plane's offsets, and the slabs' offsets of the chunk
 // take the place of their scale bytes (StageScales: half of NVFP4's bytes, an eighth of MXFP4's).
-template <bool kNvfp4, int kChunks, int kMats, int kPerWarp, int kSlabs, int kWarps, int kN, int kStages, bool kCsf>
+template <bool kNvfp4, int kChunks, int kMats, int kPerWarp, int kSlabs, int kWarps, int kN, int kStages, bool kCsf,
+          int kCluster>
 MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w, const u8* s, int expert, int group,
                                    u32 ring, const PrefillBarriers<kStages>& bars, RingCursor<kStages>& cur) {
   using Stage = PrefillStage<kNvfp4, kPerWarp * kMats, kWarps, kN>;
@@ -219,7 +230,15 @@ MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w
     const u32 full = bars.full(cur.stage), at = ring + cur.stage * Stage::kBytes;
     if (lane == 0) {
       mbarrier_arrive_expect_tx(full, rows * 128);
-      bulk_copy_to_shared(at, b_blocks + (size_t)c * rows * 64, rows * 128, full);
+      if constexpr (kCluster == 1) {
+        bulk_copy_to_shared(at, b_blocks + (size_t)c * rows * 64, rows * 128, full);
+      } else {
+        const int half = (rows / 8 + 1) / 2 * 8, first = cluster_cta_rank() ? half : 0;
+        const int count = cluster_cta_rank() ? rows - half : half;
+        if (count > 0)
+          bulk_copy_to_shared_multicast(at + first * 128, b_blocks + ((size_t)c * rows + first) * 64, count * 128, full,
+                                        (u16)0x3);
+      }
     }
 #pragma unroll
     for (int i = lane; i < kGroupSlabs * kRunPieces; i += 32) {
@@ -259,7 +278,8 @@ MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w
 // words; the warp rebuilds its lane's scale bytes in registers from them (csf_exc: the plane's lists).
 // kWarps: the unit's warps; kTeamed: the CTA's consumer warps form teams, and team_warp is this warp's
 // index among its team's (else the warp index itself).
-template <bool kNvfp4, int kChunks, int kA, int kWarps, int kN, int kNW, int kStages, bool kRawB, bool kTeamed, class Csf>
+template <bool kNvfp4, int kChunks, int kA, int kWarps, int kN, int kNW, int kStages, bool kRawB, bool kTeamed, int kCluster,
+          class Csf>
 MOEJIT_DEVICE void prefill_consume(u32 ring, const u8* ring_ptr, const PrefillBarriers<kStages>& bars,
                                    RingCursor<kStages>& cur, float (&acc)[kA][kNW / 2], Csf& csf,
                                    const u32* csf_exc, int team_warp) {
@@ -281,7 +301,7 @@ MOEJIT_DEVICE void prefill_consume(u32 ring, const u8* ring_ptr, const PrefillBa
     const u32x4* wr = reinterpret_cast<const u32x4*>(at + Stage::kBBytes) + warp * kA * 32 + lane;
     auto release_previous = [&](int st) {
       if (st == 1 && prev >= 0) {
-        if (lane == 0) mbarrier_arrive(bars.empty(prev));  // every MMA of the previous chunk is done
+        if (lane == 0) prefill_release<kCluster>(bars, prev);  // every MMA of the previous chunk is done
         prev = -1;
       }
     };
@@ -304,7 +324,7 @@ MOEJIT_DEVICE void prefill_consume(u32 ring, const u8* ring_ptr, const PrefillBa
     cur.advance();
   }
   wgmma_wait<0>();
-  if (lane == 0 && prev >= 0) mbarrier_arrive(bars.empty(prev));
+  if (lane == 0 && prev >= 0) prefill_release<kCluster>(bars, prev);
 }
 
 // Calls f(col, i, r) for each of this lane's accumulators i of a kNW-column product: col the token row
@@ -348,16 +368,23 @@ inline constexpr bool kPrefillQuarterWidth = kN % 32 == 0 && kN / 4 >= 16;
 // Each walker reads the next unit's tile entry before working on the current one, so those dependent loads
 // are off the path too. kCsf: s is the plane's CSF offsets and csf its other arrays (csf_scales.cuh); each
 // consumer warp begins its slabs' readers with the unit's preload.
+// kCluster 2 (one team only): the grid is clusters of two CTAs; cluster i walks units i, i + clusters, ...
+// of (tile, pair of row groups), its rank-r CTA taking row group 2 x pair + r (past the last group when
+// their count is odd: that CTA's products are dropped), so both read each B block once between them
+// (prefill_produce). A stage is empty once both CTAs' consumers have released it; the producer waits for
+// its stages' last releases before the CTA exits, as the other CTA's arrivals and copies target it.
 template <bool kNvfp4, int kChunks, int kMats, int kPerWarp, int kSlabs, int kWarps, int kTeams, int kN, int kStages,
-          bool kRawB, bool kCsf, class Preload, class Epilogue>
+          bool kRawB, bool kCsf, int kCluster, class Preload, class Epilogue>
 MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const u16* b_base, const u32x4* w, const u8* s,
                               const CsfPlaneArrays& csf_arrays, Preload preload, Epilogue epilogue) {
   constexpr int kA = kPerWarp * kMats;
   constexpr int kUnitWarps = kWarps / kTeams;
   constexpr int kGroupSlabs = kUnitWarps * kPerWarp;
   constexpr int kGroups = (kSlabs + kGroupSlabs - 1) / kGroupSlabs;
+  constexpr int kPairs = (kGroups + kCluster - 1) / kCluster;  // units per tile: row groups, or pairs of them
   static_assert(kWarps % 4 == 0 && kUnitWarps % 4 == 0 && kUnitWarps * kTeams == kWarps,
                 "whole consumer warpgroups in every team");
+  static_assert(kCluster == 1 || (kCluster == 2 && kTeams == 1), "clusters of two CTAs, with one team");
   static_assert(kN % 16 == 0 && kN <= 256, "a tile of 16..256 tokens, halves of whole n8 blocks");
   extern __shared__ __align__(16) u8 prefill_ring[];
   __shared__ __align__(8) u64 barrier_words[2 * kStages + (kTeams > 1 ? 2 : 0)];
@@ -369,34 +396,44 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
   if (threadIdx.x == 0) {
     for (int st = 0; st < kStages; ++st) {
       mbarrier_init(bars.full(st), 1 + 32);  // the B block's announcement, then every producer lane's copies
-      mbarrier_init(bars.empty(st), kUnitWarps);
+      mbarrier_init(bars.empty(st), kUnitWarps * kCluster);
     }
     if (kTeams > 1)
       for (int t = 0; t < 2; ++t) mbarrier_init(bars.turn(t), kUnitWarps);
     mbarrier_init_fence();
   }
-  __syncthreads();
+  if constexpr (kCluster > 1)
+    cluster_sync_all();  // the other CTA's barriers exist before this one copies into or arrives on them
+  else
+    __syncthreads();
   pdl_wait_primary();  // the tile table and the B blocks
   pdl_launch_dependents();
-  const int units = tiles[0] * kGroups;
+  const int units = tiles[0] * kPairs;
+  const unsigned cluster = blockIdx.x / kCluster, clusters = gridDim.x / kCluster;
+  const int rank = kCluster > 1 ? (int)cluster_cta_rank() : 0;
   RingCursor<kStages> cur;
   if (warp >= kWarps) {
     warpgroup_release_registers<kPrefillProducerRegs>();
     if (warp != kWarps) return;
-    PrefillTile next = blockIdx.x < units ? prefill_tile<kN>(tiles, route, blockIdx.x / kGroups) : PrefillTile{};
-    for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+    PrefillTile next = cluster < units ? prefill_tile<kN>(tiles, route, cluster / kPairs) : PrefillTile{};
+    for (int unit = cluster; unit < units; unit += clusters) {
       const PrefillTile t = next;
-      if (unit + gridDim.x < units) next = prefill_tile<kN>(tiles, route, (unit + gridDim.x) / kGroups);
-      prefill_produce<kNvfp4, kChunks, kMats, kPerWarp, kSlabs, kUnitWarps, kN, kStages, kCsf>(
-          b_base + t.row_base * kChunks * 64, t.rows, w, s, t.expert, unit % kGroups, ring, bars, cur);
+      if (unit + clusters < units) next = prefill_tile<kN>(tiles, route, (unit + clusters) / kPairs);
+      prefill_produce<kNvfp4, kChunks, kMats, kPerWarp, kSlabs, kUnitWarps, kN, kStages, kCsf, kCluster>(
+          b_base + t.row_base * kChunks * 64, t.rows, w, s, t.expert, unit % kPairs * kCluster + rank, ring, bars, cur);
     }
+    if constexpr (kCluster > 1)
+      for (int st = 0; st < kStages; ++st) {  // every stage's last use released by both CTAs' consumers
+        mbarrier_wait(bars.empty(cur.stage), cur.phase ^ 1u);
+        cur.advance();
+      }
     return;
   }
   warpgroup_claim_registers<prefill_consumer_regs(kWarps / 4)>();
   const int team = kTeams == 1 ? 0 : warp / kUnitWarps, unit_warp = kTeams == 1 ? warp : warp % kUnitWarps;
-  const unsigned first = blockIdx.x + team * gridDim.x, stride = kTeams * gridDim.x;
+  const unsigned first = cluster + team * clusters, stride = kTeams * clusters;
   if (kTeams > 1) cur.skip(team * kChunks);  // the units before this team's first
-  PrefillTile next = first < units ? prefill_tile<kN>(tiles, route, first / kGroups) : PrefillTile{};
+  PrefillTile next = first < units ? prefill_tile<kN>(tiles, route, first / kPairs) : PrefillTile{};
   // Teams take turns: a team starts a product once the other's previous one has passed all its waits on
   // the ring. Then every stage a team waits on is at most one use ahead of the barrier's completed phase,
   // which a parity wait needs (a team running ahead by whole units would mistake an earlier use's
@@ -406,15 +443,15 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
   for (int unit = first; unit < units; unit += stride, ++turns) {
     if (kTeams > 1 && (team > 0 || turns > 0)) mbarrier_wait(bars.turn(team), (u32)((team == 0 ? turns - 1 : turns) & 1));
     const PrefillTile t = next;
-    if (unit + stride < units) next = prefill_tile<kN>(tiles, route, (unit + stride) / kGroups);
-    const int slab0 = unit % kGroups * kGroupSlabs + unit_warp * kPerWarp;
+    if (unit + stride < units) next = prefill_tile<kN>(tiles, route, (unit + stride) / kPairs);
+    const int slab0 = (unit % kPairs * kCluster + rank) * kGroupSlabs + unit_warp * kPerWarp;
     const auto pre = preload(t, slab0);
     typename CsfWarpReaderOf<kCsf, kNvfp4, kMats, kPerWarp, 1>::Type csf;
     if constexpr (kCsf) csf.begin(csf_arrays, t.expert, slab0, kSlabs, lane_id() >> 2, 0);
     auto run = [&](auto width) {
       constexpr int kNW = decltype(width)::value;
       float acc[kA][kNW / 2];
-      prefill_consume<kNvfp4, kChunks, kA, kUnitWarps, kN, kNW, kStages, kRawB, (kTeams > 1)>(
+      prefill_consume<kNvfp4, kChunks, kA, kUnitWarps, kN, kNW, kStages, kRawB, (kTeams > 1), kCluster>(
           ring, ring_ptr, bars, cur, acc, csf, csf_arrays.exc, unit_warp);
       if (kTeams > 1 && lane_id() == 0) mbarrier_arrive(bars.turn(1 - team));  // the other team's turn
       epilogue(t, slab0, acc, pre);
@@ -463,7 +500,8 @@ MOEJIT_DEVICE void prefill_fc1_store_quantized(const PrefillFc1Params& p, const 
 
 // FC1: act block of tile t = activation(x . W13[e]^T + b13[e]) as bf16 times 2^64 in MMA column order, zero
 // in the rows past the tile's pairs and in the columns past I.
-template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kH, int kI, int kWarps, int kTeams, int kN, int kStages>
+template <bool kNvfp4, int kAct, bool kLimit, bool kBias, int kH, int kI, int kWarps, int kTeams, int kN, int kStages,
+          int kCluster = 1>
 __device__ void moe_prefill_fc1(const PrefillFc1Params& p) {
   constexpr int kMats = kAct == kActRelu2 ? 1 : 2;
   constexpr int kChunks = (kH + 63) / 64, kIChunks = (kI + 63) / 64;
@@ -516,14 +554,15 @@ __device__ void moe_prefill_fc1(const PrefillFc1Params& p) {
       block[tile_block_offset(col, (row % 64) / 16 * 16 + mma_k_position(row % 16))] = v;
     });
   };
-  prefill_fc<kNvfp4, kChunks, kMats, 1, kSlabs, kWarps, kTeams, kN, kStages, true, kCsfFc1>(
+  prefill_fc<kNvfp4, kChunks, kMats, 1, kSlabs, kWarps, kTeams, kN, kStages, true, kCsfFc1, kCluster>(
       p.tiles, p.route, p.xb, p.w, p.s, MOEJIT_FC1_CSF_ARRAYS(p), preload, epilogue);
 }
 
 // FC2: partial[q, :] = act[q] . W2[e]^T + b2[e] in fp32 for every pair; moe_topk_combine weighs them by the
 // pairs' top-k weights and sums them. Each consumer warp owns kPerWarp adjacent slabs of H: two halve the B
 // traffic per MMA (one B block feeds 256 rows) at twice the accumulators.
-template <bool kNvfp4, bool kBias, int kH, int kI, int kWarps, int kTeams, int kPerWarp, int kN, int kStages>
+template <bool kNvfp4, bool kBias, int kH, int kI, int kWarps, int kTeams, int kPerWarp, int kN, int kStages,
+          int kCluster = 1>
 __device__ void moe_prefill_fc2(const PrefillFc2Params& p) {
   constexpr int kChunks = (kI + 63) / 64;
   constexpr int kSlabs = kH / 16;
@@ -567,6 +606,6 @@ __device__ void moe_prefill_fc2(const PrefillFc2Params& p) {
       });
     }
   };
-  prefill_fc<kNvfp4, kChunks, 1, kPerWarp, kSlabs, kWarps, kTeams, kN, kStages, false, kCsfFc2>(
+  prefill_fc<kNvfp4, kChunks, 1, kPerWarp, kSlabs, kWarps, kTeams, kN, kStages, false, kCsfFc2, kCluster>(
       p.tiles, p.route, p.act, p.w, p.s, MOEJIT_FC2_CSF_ARRAYS(p), preload, epilogue);
 }

@@ -3,7 +3,8 @@
 // output against the fp64 CPU reference at the small shape, and exit.
 //
 //   gpu_sanitize_cases --family decode|cooperative|batch|wgmma|prefill|csf|csf-stream|csf-batch|csf-prefill|
-//                               decode-a8|decode-a4|wgmma-a8|wgmma-a4|prefill-a8|prefill-a4|prefill-teams
+//                               decode-a8|decode-a4|wgmma-a8|wgmma-a4|prefill-a8|prefill-a4|prefill-teams|
+//                               prefill-cluster
 //                      --shape small|real
 //
 // decode: the default decode launches (route kernel or inline routing, FC1, FC2/FC2-sum); cooperative:
@@ -80,6 +81,13 @@ Case case_for(const std::string& family, bool real) {
     ::setenv("MOEJIT_PREFILL_TILE_FC2", "w8n8d3g2", 1);
     return {Family::prefill, {real ? 256 : 65, real ? 512 : 127}};
   }
+  if (family == "prefill-cluster") {
+    // Clusters of two CTAs sharing each B block: copies into the other CTA's stages, arrivals on its
+    // barriers, and (FC2 at the small shape: one row group) a pair whose second group is past the matrix.
+    ::setenv("MOEJIT_PREFILL_TILE_FC1", "w8n8d3p2", 1);
+    ::setenv("MOEJIT_PREFILL_TILE_FC2", "w8n8d3p2", 1);
+    return {Family::prefill, {real ? 256 : 65, real ? 512 : 127}};
+  }
   for (ActPrecision p : {ActPrecision::a8, ActPrecision::a4}) {
     const std::string suffix = fmt::format("-{}", to_string(p));
     if (family == "decode" + suffix) return {Family::decode, {1, 5, real ? 32 : 17}, ScaleReads::plain, p};
@@ -95,7 +103,8 @@ Case case_for(const std::string& family, bool real) {
   if (family == "csf-batch") return {Family::batch, {real ? 64 : 5, real ? 512 : 64}, ScaleReads::csf};
   if (family == "csf-prefill") return {Family::prefill, {real ? 256 : 65, real ? 512 : 127}, ScaleReads::csf};
   throw Error(fmt::format("--family {}: expected decode, cooperative, batch, wgmma, prefill, csf, csf-stream, "
-                          "csf-batch, csf-prefill, decode-a8, decode-a4, wgmma-a8, wgmma-a4, prefill-a8, prefill-a4 or prefill-teams",
+                          "csf-batch, csf-prefill, decode-a8, decode-a4, wgmma-a8, wgmma-a4, prefill-a8, prefill-a4, prefill-teams or "
+                          "prefill-cluster",
                           family));
 }
 
@@ -168,7 +177,8 @@ int main(int argc, char** argv) {
   if (family.empty() || shape.empty()) {
     std::fprintf(stderr,
                  "usage: gpu_sanitize_cases --family decode|cooperative|batch|wgmma|prefill|csf|csf-stream|csf-batch|"
-                 "csf-prefill|decode-a8|decode-a4|wgmma-a8|wgmma-a4|prefill-a8|prefill-a4|prefill-teams --shape small|real\n");
+                 "csf-prefill|decode-a8|decode-a4|wgmma-a8|wgmma-a4|prefill-a8|prefill-a4|prefill-teams|prefill-cluster "
+                 "--shape small|real\n");
     return 2;
   }
   try {

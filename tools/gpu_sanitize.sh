@@ -5,7 +5,8 @@
 # csf-stream (the decode kernels reading CSF scales), csf-batch, csf-prefill (the batch and prefill kernels
 # reading CSF scales), decode-a8, decode-a4, wgmma-a8, wgmma-a4, prefill-a8, prefill-a4 (the decode and
 # warpgroup-MMA kernels in the
-# quantized activation precisions), prefill-teams (two teams of consumer warpgroups taking units in turn) and
+# quantized activation precisions), prefill-teams (two teams of consumer warpgroups taking units in turn),
+# prefill-cluster (clusters of two CTAs sharing each B block) and
 # S in small (3 experts, H 96, I 160) and real (gpt-oss-120b). Every case also runs the weight-repack and
 # (where planned) route kernels. Prints one line per (tool, family, shape) and a summary; full reports go
 # to $LOG_DIR (default build/gpu-sanitize/). Exits 1 when any run reports an error.
@@ -17,7 +18,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 LOG_DIR=${LOG_DIR:-$BUILD_DIR/gpu-sanitize}
 TOOLS="memcheck racecheck synccheck initcheck"
-FAMILIES="decode cooperative batch wgmma prefill prefill-teams csf csf-stream csf-batch csf-prefill decode-a8 decode-a4 wgmma-a8 wgmma-a4 prefill-a8 prefill-a4"
+FAMILIES="decode cooperative batch wgmma prefill prefill-teams prefill-cluster csf csf-stream csf-batch csf-prefill decode-a8 decode-a4 wgmma-a8 wgmma-a4 prefill-a8 prefill-a4"
 SHAPES="small real"
 while [ $# -gt 0 ]; do
   case "$1" in

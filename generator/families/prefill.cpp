@@ -4,7 +4,9 @@
 // tile in n8 blocks (16..256 tokens, even), depth = stages of the shared-memory ring less one, slabs = 16-row
 // slabs per consumer warp (FC2: 1 or 2; FC1: 1), groups = teams of consumer warpgroups that take the CTA's
 // units in turn (1: every consumer warp works on each unit; 2: two teams, one's epilogue beside the other's
-// MMAs), min_blocks 1 (one persistent CTA per SM).
+// MMAs), parts = CTAs of a cluster that share each B block (1, or 2: a pair of CTAs on two row groups of
+// one tile, each copying half of every B block into both; tile suffix p2), min_blocks 1 (one persistent
+// CTA per SM).
 #include <fmt/args.h>
 #include <fmt/format.h>
 
@@ -51,9 +53,10 @@ void normalize(KernelKey& k, const KernelKey& original) {
   if (k.inline_route) fail(fmt::format("{} reads the route kernel's lists (i0)", to_string(k.kind)));
   if (k.depth < 1) fail("prefill kernels keep at least two stages (depth >= 1)");
   k.min_blocks = 1;
-  k.parts = 1;
   if (k.groups > 2 || (k.warps / k.groups) % 4)
     fail("prefill kernels take one team of consumer warpgroups or two (g2) of whole warpgroups each");
+  if (k.parts != 1 && k.parts != 2) fail("prefill kernels run alone (p1) or in clusters of two CTAs (p2)");
+  if (k.parts == 2 && k.groups != 1) fail("clusters of two CTAs (p2) take one team of consumer warpgroups (g1)");
   if (k.kind == KernelKind::prefill_fc1 && k.slabs != 1) fail("prefill_fc1 takes one slab per consumer warp");
   // Accumulators: a consumer thread holds operands x ntiles x 4 fp32 values, at most 128 of its registers.
   if (operands(k) * k.ntiles * 4 > 128)
@@ -94,6 +97,8 @@ std::string source(const KernelKey& key, const std::string& entry) {
   a.push_back(fmt::arg("slabs", key.slabs));
   a.push_back(fmt::arg("bytes", dynamic_smem(key)));
   a.push_back(fmt::arg("threads", threads(key)));
+  a.push_back(fmt::arg("cluster", key.parts));
+  a.push_back(fmt::arg("cluster_dims", key.parts > 1 ? fmt::format("__cluster_dims__({}, 1, 1) ", key.parts) : ""));
   a.push_back(fmt::arg("entry", entry));
   // a8/a4's gather quantizes x, a4's with a1_gs from FC1's scale plane, placed by the matrix count (a16's
   // source keeps the template's default).
@@ -104,15 +109,16 @@ std::string source(const KernelKey& key, const std::string& entry) {
   auto format = [&](std::string_view text) { return fmt::vformat(text, a); };
   const std::string call =
       format(fc1 ? "moe_prefill_fc1<{nvfp4}, {act}, {limit}, {bias}, {hidden}, {intermediate}, {warps}, {teams}, {n}, "
-                   "{stages}>"
-                 : "moe_prefill_fc2<{nvfp4}, {bias}, {hidden}, {intermediate}, {warps}, {teams}, {slabs}, {n}, {stages}>");
+                   "{stages}, {cluster}>"
+                 : "moe_prefill_fc2<{nvfp4}, {bias}, {hidden}, {intermediate}, {warps}, {teams}, {slabs}, {n}, {stages}, "
+                   "{cluster}>");
   a.push_back(fmt::arg("call", call));
   std::string out = kernel_header(key, 0) + "#include \"wgmma.cuh\"\n" + wgmma_rs_source(n) +
                     wgmma_rs_source(n / 2) + (quarter_width(n) ? wgmma_rs_source(n / 4) : std::string()) +
                     "#include \"moe_prefill.cuh\"\n" +
                     format("static_assert({stages} * PrefillStage<{nvfp4}, {operands}, {unit_warps}, {n}>::kBytes + 1024 == "
                            "{bytes}, \"host and device ring sizes differ\");\n") +
-                    format("extern \"C\" __global__ void __launch_bounds__({threads}, 1) {entry}(const {params} p) {{\n"
+                    format("extern \"C\" __global__ void {cluster_dims}__launch_bounds__({threads}, 1) {entry}(const {params} p) {{\n"
                            "  {call}(p);\n}}\n");
   if (fc1)
     out += format("extern \"C\" __global__ void __launch_bounds__(256) {entry}_gather(const PrefillFc1Params p) {{\n"

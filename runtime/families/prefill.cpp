@@ -1,7 +1,8 @@
 // Prefill family host side: after the route kernel, the gather (tile table and the layer input's token-
 // tile blocks), FC1, FC2 and the top-k combine, each a programmatic dependent of the kernel before it
 // (each waits for its predecessor before reading its outputs). FC1 and FC2 are persistent: one CTA per SM
-// (or fewer when the bound on their work units is smaller) walking the units the tile table holds. The
+// (or fewer when the bound on their work units is smaller; clusters of two where the key says p2) walking
+// the units the tile table holds. The
 // gather's grid is sized from the token count alone (no host sync): one CTA per (tile, 8 chunks) of an
 // upper bound on the tile count; CTAs past the real count exit (templates/moe_prefill.cuh).
 #include <fmt/format.h>
@@ -19,12 +20,17 @@ namespace moejit::detail {
 
 namespace {
 
-// One CTA per SM, or one per unit of the bound when it is smaller.
-unsigned persistent_grid(const ForwardContext& ctx, const KernelKey& key, int rows) {
+// One CTA per SM, or one per unit of the bound when it is smaller; a kernel in clusters of two CTAs (p2)
+// takes as many clusters as the device runs at once, each walking units of two row groups.
+unsigned persistent_grid(const ForwardContext& ctx, const KernelKey& key, int rows, CUfunction f) {
   const long long group_slabs = static_cast<long long>(key.warps / key.groups) * key.slabs;
   const long long groups = (rows / 16 + group_slabs - 1) / group_slabs;
-  const long long units = token_tile_bound(ctx, 8LL * key.ntiles) * groups;
-  return static_cast<unsigned>(std::clamp<long long>(units, 1, std::max(ctx.sm_count, 1)));
+  const long long units = token_tile_bound(ctx, 8LL * key.ntiles) * ((groups + key.parts - 1) / key.parts);
+  const long long most =
+      key.parts > 1 ? max_active_clusters(f, static_cast<unsigned>(key.parts), static_cast<unsigned>(kernel_threads(key)),
+                                          static_cast<unsigned>(kernel_dynamic_smem(key)))
+                    : std::max(ctx.sm_count, 1);
+  return static_cast<unsigned>(key.parts * std::clamp<long long>(units, 1, most));
 }
 
 }  // namespace
@@ -53,8 +59,9 @@ void launch_prefill(const ForwardContext& ctx) {
   launch(ctx.modules.function(fc1_key, ctx.stream, "_gather"),
          LaunchShape{static_cast<unsigned>(tiles), gather_y, 1, 256, 0}, ctx.stream, &p1,
          /*programmatic_dependent=*/true);
-  launch(ctx.modules.function(fc1_key, ctx.stream),
-         LaunchShape{persistent_grid(ctx, fc1_key, spec.intermediate), 1, 1,
+  const CUfunction fc1 = ctx.modules.function(fc1_key, ctx.stream);
+  launch(fc1,
+         LaunchShape{persistent_grid(ctx, fc1_key, spec.intermediate, fc1), 1, 1,
                      static_cast<unsigned>(kernel_threads(fc1_key)), static_cast<unsigned>(kernel_dynamic_smem(fc1_key))},
          ctx.stream, &p1, /*programmatic_dependent=*/true);
   PrefillFc2Params p2{};
@@ -62,8 +69,9 @@ void launch_prefill(const ForwardContext& ctx) {
   set_fc2_scales(p2, ctx, fc2_key);
   p2.tiles = p1.tiles;
   p2.row_pair = p1.row_pair;
-  launch(ctx.modules.function(fc2_key, ctx.stream),
-         LaunchShape{persistent_grid(ctx, fc2_key, spec.hidden), 1, 1, static_cast<unsigned>(kernel_threads(fc2_key)),
+  const CUfunction fc2 = ctx.modules.function(fc2_key, ctx.stream);
+  launch(fc2,
+         LaunchShape{persistent_grid(ctx, fc2_key, spec.hidden, fc2), 1, 1, static_cast<unsigned>(kernel_threads(fc2_key)),
                      static_cast<unsigned>(kernel_dynamic_smem(fc2_key))},
          ctx.stream, &p2, /*programmatic_dependent=*/true);
   launch_topk_combine(ctx, fc2_key, &p2);
