@@ -950,6 +950,35 @@ TEST_CASE("the prefill family: planned on sm_90a from 96 pairs per expert, force
     teams.groups = 4;
     CHECK_THROWS_WITH(teams.normalized(), Catch::Contains("two (g2) of whole warpgroups"));
   }
+  // Clusters of two CTAs (p2) share each B block: the kernel is compiled with its cluster dimensions and
+  // the template's cluster size; one team only; no other cluster size.
+  {
+    KernelKey pair = make_plan(s, Arch::sm_90a, 4096, 132).kernels.at(1);
+    CHECK(pair.normalized().parts == 1);
+    CHECK(generate_source(pair.normalized()).source.find("__cluster_dims__") == std::string::npos);
+    const int alone = kernel_dynamic_smem(pair.normalized());
+    pair.parts = 2;
+    const KernelKey n = pair.normalized();
+    CHECK(n.parts == 2);
+    CHECK(n.str().find(":w8n16d6o1p2:") != std::string::npos);
+    CHECK(KernelKey::parse(n.str()) == n);
+    const std::string src = generate_source(n).source;
+    CHECK(src.find("__cluster_dims__(2, 1, 1)") != std::string::npos);
+    CHECK(src.find(", 8, 1, 128, 7, 2>(p)") != std::string::npos);  // warps, teams, N, stages, cluster
+    CHECK(kernel_dynamic_smem(n) == alone);  // the same stages, in each CTA
+    pair.parts = 4;
+    CHECK_THROWS_WITH(pair.normalized(), Catch::Contains("clusters of two CTAs (p2)"));
+    pair.parts = 2;
+    pair.groups = 2;
+    CHECK_THROWS_WITH(pair.normalized(), Catch::Contains("one team of consumer warpgroups (g1)"));
+    ::setenv("MOEJIT_PREFILL_TILE_FC1", "w8n16d6p2", 1);
+    ::setenv("MOEJIT_PREFILL_TILE_FC2", "w8n16d7p2", 1);
+    const Plan forced = tuned_plan(s, Arch::sm_90a, 4096, 132);
+    CHECK(forced.kernels.at(1).parts == 2);
+    CHECK(forced.kernels.at(2).parts == 2);
+    ::unsetenv("MOEJIT_PREFILL_TILE_FC1");
+    ::unsetenv("MOEJIT_PREFILL_TILE_FC2");
+  }
   // One slab per consumer warp in both planned kernels; FC2 takes two (s2) where its accumulators fit.
   const Plan planned = make_plan(s, Arch::sm_90a, 4096, 132);
   CHECK(planned.kernels.at(1).slabs == 1);
