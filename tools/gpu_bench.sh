@@ -5,12 +5,13 @@
 # usage: tools/gpu_bench.sh MOEJIT LOG_DIR [ROW...]
 #   rows (default: all): precision (a16/a8/a4 side by side), csf (plain vs CSF reads), prefill (the
 #   planned prefill tiles at M = 4096 and 16384 with the dense ceiling), teams (two consumer-warpgroup
-#   teams against the planned tiles at M = 4096), batch (M = 64..2048, the batch regime)
+#   teams against the planned tiles at M = 4096), pairs (clusters of two CTAs sharing each B block, p2,
+#   at M = 4096), batch (M = 64..2048, the batch regime)
 #   CONFIGS (default: gpt-oss-120b deepseek-v3 qwen3-30b-a3b), ROW_TIMEOUT (seconds, default 150)
 set -u
 cli=$1 logs=$2
 shift 2
-rows=${*:-precision csf prefill teams batch}
+rows=${*:-precision csf prefill teams pairs batch}
 configs=${CONFIGS:-gpt-oss-120b deepseek-v3 qwen3-30b-a3b}
 limit=${ROW_TIMEOUT:-150}
 mkdir -p "$logs"
@@ -34,6 +35,9 @@ for row in $rows; do
           run_row "teams_g2_$c" --config "$c" --family prefill --tokens 4096 --replays 5 --dense off
         MOEJIT_PREFILL_TILE_FC1=w8n16d6g2 MOEJIT_PREFILL_TILE_FC2=w8n16d7g2s2 \
           run_row "teams_g2s2_$c" --config "$c" --family prefill --tokens 4096 --replays 5 --dense off ;;
+      pairs)
+        MOEJIT_PREFILL_TILE_FC1=w8n16d6p2 MOEJIT_PREFILL_TILE_FC2=w8n16d7p2 \
+          run_row "pairs_p2_$c" --config "$c" --family prefill --tokens 4096 --replays 5 --dense off ;;
       batch) run_row "batch_$c" --config "$c" --tokens 64,128,256,512,1024,2048 --replays 10 --dense on ;;
       *) echo "gpu_bench.sh: unknown row $row" >&2; exit 2 ;;
     esac
