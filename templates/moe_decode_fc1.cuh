@@ -28,74 +28,83 @@ __device__ void moe_decode_fc1_work(const DecodeFc1Params& p, const ExpertWork& 
   __shared__ u32x2 x_stage[kXStaged ? kGroups * kWarps * kStageArea : 1];
   const int warp = threadIdx.x >> 5;
   static_assert(!kSlabPairs || kActPrecision == kActA8, "slab groups pair the two slabs of an a8 scale block");
-  if constexpr (kSlabPairs) {
-    // Each group sums its K parts into its first warp, and the two first warps exchange their column
-    // maxima (the block's 32 rows) before each quantizes and stores its own slab's rows. With I / 16 odd
-    // the last block's second group has no slab: it joins every barrier, with zero maxima, and stores
-    // nothing.
-    const int group = warp / kWarps, part = warp - group * kWarps;
-    const int own = 2 * slab + group;
-    const bool has_slab = own < kSlabs;
-    const SlabOperands ops =
-        slab_operands<kNvfp4, kChunks, kMats, kSlabs>(p.w, p.s, p.gscale, work.expert, has_slab ? own : own - 1);
-    const float out_gs = act_fc1_out_gs<kMats>(p.gscale, work.expert);
-    const float unscale = act_unscale(act_fc1_x_gs<kMats>(p.gscale, work.expert));
-    for (int pass = 0; pass < work.count; pass += kCols * kNT) {
-      const u16* rows[kNT];
-      const int live = pass_rows<kNT, kCols>(
-          pass, work.count, [&](int t) { return fc1_x_row<kH>(p.x, work.pairs[t], p.route.top_k); }, rows);
-      float acc[1][kNT][kMats][4];
-      if (has_slab)
-        slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kCols, kDepth, true, kPrefetchX>(
-            ops.w, ops.s, rows, live, acc[0], /*wait_primary_after_prefetch=*/true, part,
-            x_stage + (kXStaged ? warp * kStageArea : 0));
-      else
-        zero_accumulators(acc[0]);
-      reduce_over_warps<kMats, kWarps, kNT, kGroups>(acc[0], red);
-      if (part == 0)
-        fc1_store_pass_quantized<kAct, kLimit, kBias, kI, kMats, kNT, kCols, 1>(
-            p, work, own, has_slab ? 1u : 0u, pass, live, acc, ops.gs * unscale, ops.gs_up * unscale, out_gs,
-            SlabGroupPairBlock<kWarps, kNT>{});
-      __syncthreads();  // red, the staged x and the exchange area are reused by the next pass
-    }
-    return;
-  }
   if constexpr (kActPrecision != kActA16) {
     // a8 / a4: x rows are the pairs' rows the act_quant pre-pass quantized (so slab_mma waits for it after
     // its first weight loads), the intermediate is quantized in the epilogue, one scale block of rows at a
-    // time. a8's blocks are 32 rows (here without kSlabPairs): the CTA of the even slab computes both
-    // slabs of its block (the odd slab's CTA has nothing to do), so the block's maximum is in one warp's
-    // registers.
-    constexpr int kSub = kActPrecision == kActA8 ? 2 : 1;  // 16-row slabs per scale block (a16: unused)
-    if (slab % kSub != 0) return;
-    const u32 sub_valid = kSub == 2 && slab + 1 < kSlabs ? 3u : 1u;
-    SlabOperands ops[kSub];
-#pragma unroll
-    for (int j = 0; j < kSub; ++j)
-      ops[j] = slab_operands<kNvfp4, kChunks, kMats, kSlabs>(p.w, p.s, p.gscale, work.expert,
-                                                             (sub_valid >> j) & 1u ? slab + j : slab);
-    const float out_gs = act_fc1_out_gs<kMats>(p.gscale, work.expert);
-    const float unscale = act_unscale(act_fc1_x_gs<kMats>(p.gscale, work.expert));  // a4: x's 1/a1_gs
-    for (int pass = 0; pass < work.count; pass += kCols * kNT) {
-      const u16* rows[kNT];
-      const int live = pass_rows<kNT, kCols>(
+    // time, under the expert's global scale (a4; out_gs) with x's 1/a1_gs folded into the output multipliers
+    // (both read after the slab's operands, whose loads come first).
+    struct ActScales {
+      float out_gs, unscale;
+    };
+    auto scales = [&] {
+      return ActScales{act_fc1_out_gs<kMats>(p.gscale, work.expert),
+                       act_unscale(act_fc1_x_gs<kMats>(p.gscale, work.expert))};
+    };
+    auto pass_x_rows = [&](int pass, const u16* (&rows)[kNT]) {
+      return pass_rows<kNT, kCols>(
           pass, work.count, [&](int t) { return fc1_x_row<kH>(p.x, work.pairs[t], p.route.top_k); }, rows);
-      float acc[kSub][kNT][kMats][4];
-#pragma unroll
-      for (int j = 0; j < kSub; ++j) {
-        if (!((sub_valid >> j) & 1u)) continue;
-        slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kCols, kDepth, true, kPrefetchX>(
-            ops[j].w, ops[j].s, rows, live, acc[j], /*wait_primary_after_prefetch=*/true, warp,
-            x_stage + (kXStaged ? warp * kStageArea : 0));
-        reduce_over_warps<kMats, kWarps, kNT>(acc[j], red);
-        __syncthreads();  // red and the staged x are reused by the next slab
+    };
+    if constexpr (kSlabPairs) {
+      // Each group sums its K parts into its first warp, and the two first warps exchange their column
+      // maxima (the block's 32 rows) before each quantizes and stores its own slab's rows. With I / 16 odd
+      // the last block's second group has no slab: it joins every barrier, with zero maxima, and stores
+      // nothing.
+      const int group = warp / kWarps, part = warp - group * kWarps;
+      const int own = 2 * slab + group;
+      const bool has_slab = own < kSlabs;
+      const SlabOperands ops =
+          slab_operands<kNvfp4, kChunks, kMats, kSlabs>(p.w, p.s, p.gscale, work.expert, has_slab ? own : own - 1);
+      const auto [out_gs, unscale] = scales();
+      for (int pass = 0; pass < work.count; pass += kCols * kNT) {
+        const u16* rows[kNT];
+        const int live = pass_x_rows(pass, rows);
+        float acc[1][kNT][kMats][4];
+        if (has_slab)
+          slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kCols, kDepth, true, kPrefetchX>(
+              ops.w, ops.s, rows, live, acc[0], /*wait_primary_after_prefetch=*/true, part,
+              x_stage + (kXStaged ? warp * kStageArea : 0));
+        else
+          zero_accumulators(acc[0]);
+        reduce_over_warps<kMats, kWarps, kNT, kGroups>(acc[0], red);
+        if (part == 0)
+          fc1_store_pass_quantized<kAct, kLimit, kBias, kI, kMats, kNT, kCols, 1>(
+              p, work, own, has_slab ? 1u : 0u, pass, live, acc, ops.gs * unscale, ops.gs_up * unscale, out_gs,
+              SlabGroupPairBlock<kWarps, kNT>{});
+        __syncthreads();  // red, the staged x and the exchange area are reused by the next pass
       }
-      if (warp == 0)
-        fc1_store_pass_quantized<kAct, kLimit, kBias, kI, kMats, kNT, kCols, kSub>(
-            p, work, slab, sub_valid, pass, live, acc, ops[0].gs * unscale, ops[0].gs_up * unscale, out_gs);
-      __syncthreads();
+      return;
+    } else {
+      // a8's blocks are 32 rows here (without kSlabPairs): the CTA of the even slab computes both slabs of
+      // its block (the odd slab's CTA has nothing to do), so the block's maximum is in one warp's registers.
+      constexpr int kSub = kActPrecision == kActA8 ? 2 : 1;  // 16-row slabs per scale block (a16: unused)
+      if (slab % kSub != 0) return;
+      const u32 sub_valid = kSub == 2 && slab + 1 < kSlabs ? 3u : 1u;
+      SlabOperands ops[kSub];
+#pragma unroll
+      for (int j = 0; j < kSub; ++j)
+        ops[j] = slab_operands<kNvfp4, kChunks, kMats, kSlabs>(p.w, p.s, p.gscale, work.expert,
+                                                               (sub_valid >> j) & 1u ? slab + j : slab);
+      const auto [out_gs, unscale] = scales();
+      for (int pass = 0; pass < work.count; pass += kCols * kNT) {
+        const u16* rows[kNT];
+        const int live = pass_x_rows(pass, rows);
+        float acc[kSub][kNT][kMats][4];
+#pragma unroll
+        for (int j = 0; j < kSub; ++j) {
+          if (!((sub_valid >> j) & 1u)) continue;
+          slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kCols, kDepth, true, kPrefetchX>(
+              ops[j].w, ops[j].s, rows, live, acc[j], /*wait_primary_after_prefetch=*/true, warp,
+              x_stage + (kXStaged ? warp * kStageArea : 0));
+          reduce_over_warps<kMats, kWarps, kNT>(acc[j], red);
+          __syncthreads();  // red and the staged x are reused by the next slab
+        }
+        if (warp == 0)
+          fc1_store_pass_quantized<kAct, kLimit, kBias, kI, kMats, kNT, kCols, kSub>(
+              p, work, slab, sub_valid, pass, live, acc, ops[0].gs * unscale, ops[0].gs_up * unscale, out_gs);
+        __syncthreads();
+      }
+      return;
     }
-    return;
   }
   const SlabOperands ops = slab_operands<kNvfp4, kChunks, kMats, kSlabs, kCsfFc1>(p.w, p.s, p.gscale, work.expert,
                                                                                     slab MOEJIT_FC1_CSF_PLANES(p));
