@@ -31,6 +31,25 @@ void allow_dynamic_smem(CUfunction f, unsigned bytes) {
         "cuFuncSetAttribute(PREFERRED_SHARED_MEMORY_CARVEOUT)");
 }
 
+namespace {
+// A 1-D block of `block` threads over the grid, with its attributes (owned by the caller).
+CUlaunchConfig launch_config(unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block, unsigned dynamic_smem,
+                             CUstream stream, CUlaunchAttribute* attrs, unsigned num_attrs) {
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = grid_x;
+  cfg.gridDimY = grid_y;
+  cfg.gridDimZ = grid_z;
+  cfg.blockDimX = block;
+  cfg.blockDimY = 1;
+  cfg.blockDimZ = 1;
+  cfg.sharedMemBytes = dynamic_smem;
+  cfg.hStream = stream;
+  cfg.attrs = attrs;
+  cfg.numAttrs = num_attrs;
+  return cfg;
+}
+}  // namespace
+
 void launch(CUfunction f, const LaunchShape& s, CUstream stream, void* params, bool programmatic_dependent) {
   void* args[] = {params};
   allow_dynamic_smem(f, s.dynamic_smem);
@@ -42,17 +61,7 @@ void launch(CUfunction f, const LaunchShape& s, CUstream stream, void* params, b
   CUlaunchAttribute attr{};
   attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
   attr.value.programmaticStreamSerializationAllowed = 1;
-  CUlaunchConfig cfg{};
-  cfg.gridDimX = s.grid_x;
-  cfg.gridDimY = s.grid_y;
-  cfg.gridDimZ = s.grid_z;
-  cfg.blockDimX = s.block;
-  cfg.blockDimY = 1;
-  cfg.blockDimZ = 1;
-  cfg.sharedMemBytes = s.dynamic_smem;
-  cfg.hStream = stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
+  const CUlaunchConfig cfg = launch_config(s.grid_x, s.grid_y, s.grid_z, s.block, s.dynamic_smem, stream, &attr, 1);
   check(driver().cuLaunchKernelEx(&cfg, f, args, nullptr), "cuLaunchKernelEx(programmatic)");
 }
 
@@ -75,16 +84,7 @@ unsigned max_active_clusters(CUfunction f, unsigned cluster, unsigned block, uns
   attr.value.clusterDim.x = cluster;
   attr.value.clusterDim.y = 1;
   attr.value.clusterDim.z = 1;
-  CUlaunchConfig cfg{};
-  cfg.gridDimX = cluster;
-  cfg.gridDimY = 1;
-  cfg.gridDimZ = 1;
-  cfg.blockDimX = block;
-  cfg.blockDimY = 1;
-  cfg.blockDimZ = 1;
-  cfg.sharedMemBytes = dynamic_smem;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
+  const CUlaunchConfig cfg = launch_config(cluster, 1, 1, block, dynamic_smem, nullptr, &attr, 1);
   int clusters = 0;
   check(driver().cuOccupancyMaxActiveClusters(&clusters, f, &cfg), "cuOccupancyMaxActiveClusters");
   if (clusters <= 0)
@@ -103,17 +103,8 @@ unsigned launch_cooperative(CUfunction f, unsigned wanted_grid, unsigned block, 
   attrs[0].value.cooperative = 1;
   attrs[1].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
   attrs[1].value.programmaticStreamSerializationAllowed = 1;
-  CUlaunchConfig cfg{};
-  cfg.gridDimX = grid;
-  cfg.gridDimY = 1;
-  cfg.gridDimZ = 1;
-  cfg.blockDimX = block;
-  cfg.blockDimY = 1;
-  cfg.blockDimZ = 1;
-  cfg.sharedMemBytes = dynamic_smem;
-  cfg.hStream = stream;
-  cfg.attrs = attrs;
-  cfg.numAttrs = programmatic_dependent ? 2 : 1;
+  const CUlaunchConfig cfg =
+      launch_config(grid, 1, 1, block, dynamic_smem, stream, attrs, programmatic_dependent ? 2u : 1u);
   check(driver().cuLaunchKernelEx(&cfg, f, args, nullptr),
         programmatic_dependent ? "cuLaunchKernelEx(cooperative, programmatic)" : "cuLaunchKernelEx(cooperative)");
   return grid;
