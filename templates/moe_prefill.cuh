@@ -224,21 +224,20 @@ MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w
   constexpr int kGroupSlabs = kWarps * kPerWarp;
   const int lane = lane_id();
   const u8* wb = reinterpret_cast<const u8*>(w);
+  // A cluster pair's rows of each B block: the CTA of the pair's even row group (rank 0) copies the first half.
+  const int b_half = (rows / 8 + 1) / 2 * 8, b_second = group % kCluster;
+  const int b_first = b_second ? b_half : 0, b_count = b_second ? rows - b_half : b_half;
 #pragma unroll 1
   for (int c = 0; c < kChunks; ++c) {
     mbarrier_wait(bars.empty(cur.stage), cur.phase ^ 1u);
     const u32 full = bars.full(cur.stage), at = ring + cur.stage * Stage::kBytes;
     if (lane == 0) {
       mbarrier_arrive_expect_tx(full, rows * 128);
-      if constexpr (kCluster == 1) {
+      if constexpr (kCluster == 1)
         bulk_copy_to_shared(at, b_blocks + (size_t)c * rows * 64, rows * 128, full);
-      } else {
-        const int half = (rows / 8 + 1) / 2 * 8, first = cluster_cta_rank() ? half : 0;
-        const int count = cluster_cta_rank() ? rows - half : half;
-        if (count > 0)
-          bulk_copy_to_shared_multicast(at + first * 128, b_blocks + ((size_t)c * rows + first) * 64, count * 128, full,
-                                        (u16)0x3);
-      }
+      else if (b_count > 0)
+        bulk_copy_to_shared_multicast(at + b_first * 128, b_blocks + ((size_t)c * rows + b_first) * 64, b_count * 128,
+                                      full, (u16)0x3);
     }
 #pragma unroll
     for (int i = lane; i < kGroupSlabs * kRunPieces; i += 32) {
