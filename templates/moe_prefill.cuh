@@ -341,10 +341,12 @@ MOEJIT_DEVICE void for_each_tile_result(F f) {
 // A CTA holds the registers of its launch bound: per scheduler one warp of each warpgroup, each at the cap
 // ptxas gives kWarpgroups + 1 warpgroups (the 512 registers per lane of a scheduler shared among them, in
 // multiples of 8, at most 255), and setmaxnreg.inc waits until the CTA's pool can give what it asks.
-inline constexpr int kPrefillProducerRegs = 40;
-constexpr int prefill_consumer_regs(int consumer_warpgroups) {
+// Wide tiles (more than 128 accumulators per consumer thread: FC1 on more than 128 tokens) need the 8 more
+// registers per consumer thread that a 24-register producer frees; at 232 ptxas serializes their wgmmas.
+constexpr int prefill_producer_regs(int accumulators) { return accumulators > 128 ? 24 : 40; }
+constexpr int prefill_consumer_regs(int consumer_warpgroups, int producer_regs) {
   const int launch_cap = (512 / (consumer_warpgroups + 1) > 255 ? 255 : 512 / (consumer_warpgroups + 1)) / 8 * 8;
-  const int r = ((consumer_warpgroups + 1) * launch_cap - kPrefillProducerRegs) / consumer_warpgroups / 8 * 8;
+  const int r = ((consumer_warpgroups + 1) * launch_cap - producer_regs) / consumer_warpgroups / 8 * 8;
   return r > 256 ? 256 : r;
 }
 
@@ -353,6 +355,12 @@ constexpr int prefill_consumer_regs(int consumer_warpgroups) {
 // holds. The generator emits the wgmma of each width (generator/families/prefill.cpp, same rule).
 template <int kN>
 inline constexpr bool kPrefillQuarterWidth = kN % 32 == 0 && kN / 4 >= 16;
+// Tiles wider than 128 tokens also run 128- and 96-wide products (those between half the tile and the
+// tile): an expert's pairs rarely fill such a tile, and the next width down would be half of it. Only where
+// the tile's accumulators fit 128 registers (kA operands per warp): beside FC1's 160 the extra paths make
+// ptxas serialize its wgmmas.
+template <int kN, int kW, int kA>
+inline constexpr bool kPrefillMidWidth = kN > 128 && kW > kN / 2 && kW < kN && kA * kN / 2 <= 128;
 
 // The shared skeleton of both FC kernels: barriers, the producer's and the consumers' walks over the
 // units, the width choice per tile. The consumer warps form kTeams teams of kUnitWarps = kWarps / kTeams
@@ -381,6 +389,7 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
   constexpr int kGroupSlabs = kUnitWarps * kPerWarp;
   constexpr int kGroups = (kSlabs + kGroupSlabs - 1) / kGroupSlabs;
   constexpr int kPairs = (kGroups + kCluster - 1) / kCluster;  // units per tile: row groups, or pairs of them
+  constexpr int kProducerRegs = prefill_producer_regs(kA * kN / 2);
   static_assert(kWarps % 4 == 0 && kUnitWarps % 4 == 0 && kUnitWarps * kTeams == kWarps,
                 "whole consumer warpgroups in every team");
   static_assert(kCluster == 1 || (kCluster == 2 && kTeams == 1), "clusters of two CTAs, with one team");
@@ -412,7 +421,7 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
   const int rank = kCluster > 1 ? (int)cluster_cta_rank() : 0;
   RingCursor<kStages> cur;
   if (warp >= kWarps) {
-    warpgroup_release_registers<kPrefillProducerRegs>();
+    warpgroup_release_registers<kProducerRegs>();
     if (warp != kWarps) return;
     PrefillTile next = cluster < units ? prefill_tile<kN>(tiles, route, cluster / kPairs) : PrefillTile{};
     for (int unit = cluster; unit < units; unit += clusters) {
@@ -428,7 +437,7 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
       }
     return;
   }
-  warpgroup_claim_registers<prefill_consumer_regs(kWarps / 4)>();
+  warpgroup_claim_registers<prefill_consumer_regs(kWarps / 4, kProducerRegs)>();
   const int team = kTeams == 1 ? 0 : warp / kUnitWarps, unit_warp = kTeams == 1 ? warp : warp % kUnitWarps;
   const unsigned first = cluster + team * clusters, stride = kTeams * clusters;
   if (kTeams > 1) cur.skip(team * kChunks);  // the units before this team's first
@@ -459,6 +468,10 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
       run(IntTag<kPrefillQuarterWidth<kN> ? kN / 4 : kN>{});
     else if (t.in_tile <= kN / 2)
       run(IntTag<kN / 2>{});
+    else if (kPrefillMidWidth<kN, 96, kA> && t.in_tile <= 96)
+      run(IntTag<kPrefillMidWidth<kN, 96, kA> ? 96 : kN>{});
+    else if (kPrefillMidWidth<kN, 128, kA> && t.in_tile <= 128)
+      run(IntTag<kPrefillMidWidth<kN, 128, kA> ? 128 : kN>{});
     else
       run(IntTag<kN>{});
     if (kTeams > 1) cur.skip((kTeams - 1) * kChunks);  // the other teams' units before this team's next

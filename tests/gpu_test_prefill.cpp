@@ -68,7 +68,8 @@ TEST_CASE("every prefill tile matches the reference, and all give the same bits"
   // Each consumer warp sums its slab's full K in chunk order for every column, whatever the tile width
   // (and whether a tile runs on the full, the half- or the quarter-width MMAs), the ring depth, the
   // warpgroups, FC2's slabs per warp, whether two teams of warpgroups take the units in turn (g2) or
-  // clusters of two CTAs share each B block (p2; FC2's 22 slabs make an odd count of row groups).
+  // clusters of two CTAs share each B block (p2; FC2's 22 slabs make an odd count of row groups), and on
+  // 160-token tiles (160 FC1 accumulators per thread; FC2 also on 128- and 96-wide products).
   const ScopedEnv guard{"MOEJIT_PREFILL_TILE_FC1", "MOEJIT_PREFILL_TILE_FC2"};
   uint64_t seed = 9900;
   for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4}) {
@@ -86,7 +87,8 @@ TEST_CASE("every prefill tile matches the reference, and all give the same bits"
                {"w8n16d3", "w8n16d3s2"}, {"w8n16d3", "w8n16d3"}, {"w4n2d1", "w4n2d1s2"}, {"w8n4d2", "w8n4d2"},
                {"w12n8d2", "w12n8d2s2"}, {"w16n6d3", "w16n6d3"}, {"w4n16d1", "w4n16d1s2"}, {"w8n10d5", "w8n10d5s2"},
                {"w8n16d3g2", "w8n16d3g2"}, {"w8n8d2g2", "w8n8d4g2s2"}, {"w16n4d2g2", "w16n4d2g2"},
-               {"w8n16d3p2", "w8n16d3p2"}, {"w8n8d2p2", "w8n8d4p2s2"}, {"w4n2d1p2", "w4n2d1p2s2"}}) {
+               {"w8n16d3p2", "w8n16d3p2"}, {"w8n8d2p2", "w8n8d4p2s2"}, {"w4n2d1p2", "w4n2d1p2s2"},
+               {"w8n20d5", "w8n20d6"}, {"w4n20d2", "w4n20d3"}}) {
         INFO(fmt::format("{} M={} tiles {} {}", to_string(f), m, tile1, tile2));
         ::setenv("MOEJIT_PREFILL_TILE_FC1", tile1, 1);
         ::setenv("MOEJIT_PREFILL_TILE_FC2", tile2, 1);

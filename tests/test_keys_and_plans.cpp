@@ -924,9 +924,15 @@ TEST_CASE("the prefill family: planned on sm_90a from 96 pairs per expert, force
   CHECK_THROWS_WITH(k.normalized(), Catch::Contains("exceed"));
   k.warps = 8;
   k.depth = 3;
-  // At most 128 accumulators per consumer thread: FC1's two matrices on 256 tokens, or two slabs of them.
+  // At most 160 accumulators per consumer thread: FC1's two matrices on 160 tokens, not on 176 or 256.
   k.ntiles = 32;
   CHECK_THROWS_WITH(k.normalized(), Catch::Contains("accumulator registers"));
+  k.ntiles = 22;
+  CHECK_THROWS_WITH(k.normalized(), Catch::Contains("at most 160"));
+  k.ntiles = 20;
+  k.depth = 4;
+  CHECK(k.normalized().ntiles == 20);
+  k.depth = 3;
   k.ntiles = 8;
   k.slabs = 2;
   CHECK_THROWS_WITH(k.normalized(), Catch::Contains("one slab per consumer warp"));
@@ -949,6 +955,22 @@ TEST_CASE("the prefill family: planned on sm_90a from 96 pairs per expert, force
     teams.warps = 8;
     teams.groups = 4;
     CHECK_THROWS_WITH(teams.normalized(), Catch::Contains("two (g2) of whole warpgroups"));
+  }
+  // 160-token tiles: FC1 (160 accumulators) runs the tile's, half and quarter widths; FC2 (80) also the
+  // 128- and 96-wide products between half the tile and the tile. A 128-token tile runs none of those.
+  {
+    const Plan planned = make_plan(s, Arch::sm_90a, 4096, 132);
+    for (int kernel : {1, 2}) {
+      KernelKey wide = planned.kernels.at(kernel);
+      wide.ntiles = 20;
+      wide.depth = 4;
+      const std::string src = generate_source(wide.normalized()).source;
+      for (int n : {160, 80, 40}) CHECK(src.find(".m64n" + std::to_string(n) + "k16.") != std::string::npos);
+      for (int n : {128, 96})
+        CHECK((src.find(".m64n" + std::to_string(n) + "k16.") != std::string::npos) == (kernel == 2));
+      const std::string planned_src = generate_source(planned.kernels.at(kernel)).source;
+      CHECK(planned_src.find(".m64n96k16.") == std::string::npos);
+    }
   }
   // Clusters of two CTAs (p2) share each B block: the kernel is compiled with its cluster dimensions and
   // the template's cluster size; one team only; no other cluster size.

@@ -36,6 +36,13 @@ int unit_warps(const KernelKey& k) { return k.warps / k.groups; }
 // kPrefillQuarterWidth): a quarter of tiles of 64 tokens and more.
 bool quarter_width(int n) { return n % 32 == 0 && n / 4 >= 16; }
 
+// The widths between half the tile and the tile that tiles wider than 128 tokens also run where their
+// accumulators fit 128 registers (templates/moe_prefill.cuh kPrefillMidWidth).
+bool mid_width(const KernelKey& k, int w) {
+  const int n = 8 * k.ntiles;
+  return n > 128 && w > n / 2 && w < n && operands(k) * n / 2 <= 128;
+}
+
 // PrefillStage::kBytes (templates/moe_prefill.cuh).
 int stage_bytes(const KernelKey& k) {
   const int used = 8 * k.ntiles * 128 + unit_warps(k) * operands(k) * (512 + chunk_scale_bytes(k));
@@ -58,9 +65,10 @@ void normalize(KernelKey& k, const KernelKey& original) {
   if (k.parts != 1 && k.parts != 2) fail("prefill kernels run alone (p1) or in clusters of two CTAs (p2)");
   if (k.parts == 2 && k.groups != 1) fail("clusters of two CTAs (p2) take one team of consumer warpgroups (g1)");
   if (k.kind == KernelKind::prefill_fc1 && k.slabs != 1) fail("prefill_fc1 takes one slab per consumer warp");
-  // Accumulators: a consumer thread holds operands x ntiles x 4 fp32 values, at most 128 of its registers.
-  if (operands(k) * k.ntiles * 4 > 128)
-    fail(fmt::format("{} operands per warp on {} tokens need {} accumulator registers per thread (at most 128)",
+  // Accumulators: a consumer thread holds operands x ntiles x 4 fp32 values, at most 160 of its registers
+  // (above 128 the producer keeps 24 registers instead of 40, templates/moe_prefill.cuh).
+  if (operands(k) * k.ntiles * 4 > 160)
+    fail(fmt::format("{} operands per warp on {} tokens need {} accumulator registers per thread (at most 160)",
                      operands(k), 8 * k.ntiles, operands(k) * k.ntiles * 4));
   k.columns = 8;
   k.l2_ahead = 0;
@@ -115,6 +123,8 @@ std::string source(const KernelKey& key, const std::string& entry) {
   a.push_back(fmt::arg("call", call));
   std::string out = kernel_header(key, 0) + "#include \"wgmma.cuh\"\n" + wgmma_rs_source(n) +
                     wgmma_rs_source(n / 2) + (quarter_width(n) ? wgmma_rs_source(n / 4) : std::string()) +
+                    (mid_width(key, 96) ? wgmma_rs_source(96) : std::string()) +
+                    (mid_width(key, 128) ? wgmma_rs_source(128) : std::string()) +
                     "#include \"moe_prefill.cuh\"\n" +
                     format("static_assert({stages} * PrefillStage<{nvfp4}, {operands}, {unit_warps}, {n}>::kBytes + 1024 == "
                            "{bytes}, \"host and device ring sizes differ\");\n") +
