@@ -356,11 +356,15 @@ constexpr int prefill_consumer_regs(int consumer_warpgroups, int producer_regs) 
 template <int kN>
 inline constexpr bool kPrefillQuarterWidth = kN % 32 == 0 && kN / 4 >= 16;
 // Tiles wider than 128 tokens also run 128- and 96-wide products (those between half the tile and the
-// tile): an expert's pairs rarely fill such a tile, and the next width down would be half of it. Only where
-// the tile's accumulators fit 128 registers (kA operands per warp): beside FC1's 160 the extra paths make
-// ptxas serialize its wgmmas.
+// tile): an expert's pairs rarely fill such a tile, and the next width down would be half of it. A tile
+// whose accumulators exceed 128 registers (FC1's two matrices on more than 128 tokens, kA operands per
+// warp) runs three widths at most, or ptxas serializes its wgmmas: the tile's, 128 in place of half the
+// tile, and a quarter.
+template <int kN, int kA>
+inline constexpr bool kPrefillWideAcc = kA * kN / 2 > 128;
 template <int kN, int kW, int kA>
-inline constexpr bool kPrefillMidWidth = kN > 128 && kW > kN / 2 && kW < kN && kA * kN / 2 <= 128;
+inline constexpr bool kPrefillMidWidth =
+    kN > 128 && kW < kN && (kPrefillWideAcc<kN, kA> ? kW == 128 : kW > kN / 2);
 
 // The shared skeleton of both FC kernels: barriers, the producer's and the consumers' walks over the
 // units, the width choice per tile. The consumer warps form kTeams teams of kUnitWarps = kWarps / kTeams
@@ -466,8 +470,8 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
     };
     if (kPrefillQuarterWidth<kN> && t.in_tile <= kN / 4)
       run(IntTag<kPrefillQuarterWidth<kN> ? kN / 4 : kN>{});
-    else if (t.in_tile <= kN / 2)
-      run(IntTag<kN / 2>{});
+    else if (!kPrefillWideAcc<kN, kA> && t.in_tile <= kN / 2)
+      run(IntTag<kPrefillWideAcc<kN, kA> ? kN : kN / 2>{});
     else if (kPrefillMidWidth<kN, 96, kA> && t.in_tile <= 96)
       run(IntTag<kPrefillMidWidth<kN, 96, kA> ? 96 : kN>{});
     else if (kPrefillMidWidth<kN, 128, kA> && t.in_tile <= 128)

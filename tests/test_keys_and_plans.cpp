@@ -958,8 +958,8 @@ TEST_CASE("the prefill family: planned on sm_90a from 96 pairs per expert, force
     teams.groups = 4;
     CHECK_THROWS_WITH(teams.normalized(), Catch::Contains("two (g2) of whole warpgroups"));
   }
-  // 160-token tiles: FC1 (160 accumulators) runs the tile's, half and quarter widths; FC2 (80) also the
-  // 128- and 96-wide products between half the tile and the tile. A 128-token tile runs none of those.
+  // 160-token tiles: FC1 (160 accumulators) runs 160, 128 and 40 columns; FC2 (80) 160, 128, 96, 80 and 40.
+  // A 128-token tile runs neither 96 nor 160.
   {
     const Plan planned = make_plan(s, Arch::sm_90a, 4096, 132);
     for (int kernel : {1, 2}) {
@@ -967,8 +967,8 @@ TEST_CASE("the prefill family: planned on sm_90a from 96 pairs per expert, force
       wide.ntiles = 20;
       wide.depth = 4;
       const std::string src = generate_source(wide.normalized()).source;
-      for (int n : {160, 80, 40}) CHECK(src.find(".m64n" + std::to_string(n) + "k16.") != std::string::npos);
-      for (int n : {128, 96})
+      for (int n : {160, 128, 40}) CHECK(src.find(".m64n" + std::to_string(n) + "k16.") != std::string::npos);
+      for (int n : {96, 80})
         CHECK((src.find(".m64n" + std::to_string(n) + "k16.") != std::string::npos) == (kernel == 2));
       KernelKey narrow = planned.kernels.at(kernel);
       narrow.ntiles = 16;

@@ -36,11 +36,15 @@ int unit_warps(const KernelKey& k) { return k.warps / k.groups; }
 // kPrefillQuarterWidth): a quarter of tiles of 64 tokens and more.
 bool quarter_width(int n) { return n % 32 == 0 && n / 4 >= 16; }
 
-// The widths between half the tile and the tile that tiles wider than 128 tokens also run where their
-// accumulators fit 128 registers (templates/moe_prefill.cuh kPrefillMidWidth).
+// Whether a tile's accumulators exceed 128 registers per consumer thread; such a kernel runs 128-wide
+// products in place of half-tile ones (templates/moe_prefill.cuh kPrefillWideAcc).
+bool wide_accumulators(const KernelKey& k) { return operands(k) * 8 * k.ntiles / 2 > 128; }
+
+// The widths below the tile that tiles wider than 128 tokens also run (templates/moe_prefill.cuh
+// kPrefillMidWidth): 128 and 96 where they lie above half the tile, only 128 with wide accumulators.
 bool mid_width(const KernelKey& k, int w) {
   const int n = 8 * k.ntiles;
-  return n > 128 && w > n / 2 && w < n && operands(k) * n / 2 <= 128;
+  return n > 128 && w < n && (wide_accumulators(k) ? w == 128 : w > n / 2);
 }
 
 // PrefillStage::kBytes (templates/moe_prefill.cuh).
@@ -122,7 +126,8 @@ std::string source(const KernelKey& key, const std::string& entry) {
                    "{cluster}>");
   a.push_back(fmt::arg("call", call));
   std::string out = kernel_header(key, 0) + "#include \"wgmma.cuh\"\n" + wgmma_rs_source(n) +
-                    wgmma_rs_source(n / 2) + (quarter_width(n) ? wgmma_rs_source(n / 4) : std::string()) +
+                    (wide_accumulators(key) ? std::string() : wgmma_rs_source(n / 2)) +
+                    (quarter_width(n) ? wgmma_rs_source(n / 4) : std::string()) +
                     (mid_width(key, 96) ? wgmma_rs_source(96) : std::string()) +
                     (mid_width(key, 128) ? wgmma_rs_source(128) : std::string()) +
                     "#include \"moe_prefill.cuh\"\n" +
