@@ -6,12 +6,13 @@
 #   rows (default: all): precision (a16/a8/a4 side by side), csf (plain vs CSF reads), prefill (the
 #   planned prefill tiles at M = 4096 and 16384 with the dense ceiling), teams (two consumer-warpgroup
 #   teams against the planned tiles at M = 4096), pairs (clusters of two CTAs sharing each B block, p2,
-#   at M = 4096), batch (M = 64..2048, the batch regime)
+#   at M = 4096), wide (160-token tiles, n20, against the planned tiles at M = 4096 and 16384), batch
+#   (M = 64..2048, the batch regime)
 #   CONFIGS (default: gpt-oss-120b deepseek-v3 qwen3-30b-a3b), ROW_TIMEOUT (seconds, default 150)
 set -u
 cli=$1 logs=$2
 shift 2
-rows=${*:-precision csf prefill teams pairs batch}
+rows=${*:-precision csf prefill teams pairs wide batch}
 configs=${CONFIGS:-gpt-oss-120b deepseek-v3 qwen3-30b-a3b}
 limit=${ROW_TIMEOUT:-150}
 mkdir -p "$logs"
@@ -38,6 +39,10 @@ for row in $rows; do
       pairs)
         MOEJIT_PREFILL_TILE_FC1=w8n16d6p2 MOEJIT_PREFILL_TILE_FC2=w8n16d7p2 \
           run_row "pairs_p2_$c" --config "$c" --family prefill --tokens 4096 --replays 5 --dense off ;;
+      wide)
+        MOEJIT_PREFILL_TILE_FC1=w8n20d5 MOEJIT_PREFILL_TILE_FC2=w8n20d6 \
+          run_row "wide_n20_$c" --config "$c" --family prefill --tokens 4096,16384 --replays 5 --dense off
+        run_row "wide_n16_$c" --config "$c" --family prefill --tokens 4096,16384 --replays 5 --dense off ;;
       batch) run_row "batch_$c" --config "$c" --tokens 64,128,256,512,1024,2048 --replays 10 --dense on ;;
       *) echo "gpu_bench.sh: unknown row $row" >&2; exit 2 ;;
     esac
