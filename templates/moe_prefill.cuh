@@ -337,13 +337,11 @@ MOEJIT_DEVICE void for_each_tile_result(F f) {
     for (int i = 0; i < 4; ++i) f(nt * 8 + 2 * c4 + (i & 1), nt * 4 + i, g + (i >> 1) * 8);
 }
 
-// Registers per thread: the producer warpgroup keeps 40 and the consumer warpgroups take what that frees.
+// Registers per thread: the producer warpgroup keeps producer_regs (kPrefillProducerRegs: 40, or 24 for wide
+// tiles) and the consumer warpgroups take what that frees.
 // A CTA holds the registers of its launch bound: per scheduler one warp of each warpgroup, each at the cap
 // ptxas gives kWarpgroups + 1 warpgroups (the 512 registers per lane of a scheduler shared among them, in
 // multiples of 8, at most 255), and setmaxnreg.inc waits until the CTA's pool can give what it asks.
-// Wide tiles (more than 128 accumulators per consumer thread: FC1 on more than 128 tokens) need the 8 more
-// registers per consumer thread that a 24-register producer frees; at 232 ptxas serializes their wgmmas.
-constexpr int prefill_producer_regs(int accumulators) { return accumulators > 128 ? 24 : 40; }
 constexpr int prefill_consumer_regs(int consumer_warpgroups, int producer_regs) {
   const int launch_cap = (512 / (consumer_warpgroups + 1) > 255 ? 255 : 512 / (consumer_warpgroups + 1)) / 8 * 8;
   const int r = ((consumer_warpgroups + 1) * launch_cap - producer_regs) / consumer_warpgroups / 8 * 8;
@@ -362,6 +360,10 @@ inline constexpr bool kPrefillQuarterWidth = kN % 32 == 0 && kN / 4 >= 16;
 // tile, and a quarter.
 template <int kN, int kA>
 inline constexpr bool kPrefillWideAcc = kA * kN / 2 > 128;
+// Such wide tiles also need the 8 more registers per consumer thread that a 24-register producer frees
+// (prefill_consumer_regs); at 232 ptxas serializes their wgmmas.
+template <int kN, int kA>
+inline constexpr int kPrefillProducerRegs = kPrefillWideAcc<kN, kA> ? 24 : 40;
 template <int kN, int kW, int kA>
 inline constexpr bool kPrefillMidWidth =
     kN > 128 && kW < kN && (kPrefillWideAcc<kN, kA> ? kW == 128 : kW > kN / 2);
@@ -393,7 +395,7 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
   constexpr int kGroupSlabs = kUnitWarps * kPerWarp;
   constexpr int kGroups = (kSlabs + kGroupSlabs - 1) / kGroupSlabs;
   constexpr int kPairs = (kGroups + kCluster - 1) / kCluster;  // units per tile: row groups, or pairs of them
-  constexpr int kProducerRegs = prefill_producer_regs(kA * kN / 2);
+  constexpr int kProducerRegs = kPrefillProducerRegs<kN, kA>;
   static_assert(kWarps % 4 == 0 && kUnitWarps % 4 == 0 && kUnitWarps * kTeams == kWarps,
                 "whole consumer warpgroups in every team");
   static_assert(kCluster == 1 || (kCluster == 2 && kTeams == 1), "clusters of two CTAs, with one team");

@@ -36,9 +36,12 @@ int unit_warps(const KernelKey& k) { return k.warps / k.groups; }
 // kPrefillQuarterWidth): a quarter of tiles of 64 tokens and more.
 bool quarter_width(int n) { return n % 32 == 0 && n / 4 >= 16; }
 
+// fp32 accumulator registers per consumer thread: operands x the tile's ntiles n8 blocks x 4.
+int accumulators(const KernelKey& k) { return operands(k) * k.ntiles * 4; }
+
 // Whether a tile's accumulators exceed 128 registers per consumer thread; such a kernel runs 128-wide
 // products in place of half-tile ones (templates/moe_prefill.cuh kPrefillWideAcc).
-bool wide_accumulators(const KernelKey& k) { return operands(k) * 8 * k.ntiles / 2 > 128; }
+bool wide_accumulators(const KernelKey& k) { return accumulators(k) > 128; }
 
 // The widths below the tile that tiles wider than 128 tokens also run (templates/moe_prefill.cuh
 // kPrefillMidWidth): 128 and 96 where they lie above half the tile, only 128 with wide accumulators.
@@ -69,11 +72,11 @@ void normalize(KernelKey& k, const KernelKey& original) {
   if (k.parts != 1 && k.parts != 2) fail("prefill kernels run alone (p1) or in clusters of two CTAs (p2)");
   if (k.parts == 2 && k.groups != 1) fail("clusters of two CTAs (p2) take one team of consumer warpgroups (g1)");
   if (k.kind == KernelKind::prefill_fc1 && k.slabs != 1) fail("prefill_fc1 takes one slab per consumer warp");
-  // Accumulators: a consumer thread holds operands x ntiles x 4 fp32 values, at most 160 of its registers
-  // (above 128 the producer keeps 24 registers instead of 40, templates/moe_prefill.cuh).
-  if (operands(k) * k.ntiles * 4 > 160)
+  // At most 160 accumulator registers per consumer thread (above 128 the producer keeps 24 registers
+  // instead of 40, templates/moe_prefill.cuh).
+  if (accumulators(k) > 160)
     fail(fmt::format("{} operands per warp on {} tokens need {} accumulator registers per thread (at most 160)",
-                     operands(k), 8 * k.ntiles, operands(k) * k.ntiles * 4));
+                     operands(k), 8 * k.ntiles, accumulators(k)));
   k.columns = 8;
   k.l2_ahead = 0;
   k.x_staged = false;
