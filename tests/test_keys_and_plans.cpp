@@ -786,7 +786,7 @@ TEST_CASE("the batch family: planned past the cutover, forced anywhere, keys nor
   CHECK(tile(Arch::sm_120a, 448) == "4");
   CHECK(tile(Arch::sm_120a, 1279) == "4");
   CHECK(tile(Arch::sm_120a, 1280) == "8");
-  for (int m : {448, 832, 1280, 1536}) {
+  for (int m : {448, 832, 1280, 1535}) {  // the automatic plan; from 1536 (48 pairs per expert) it is the prefill family
     const Plan w = tuned_plan(s, Arch::sm_90a, m, 132);
     CHECK(w.kernels.at(1).warps == 8);
     CHECK(w.kernels.at(1).min_blocks == 2);
@@ -875,16 +875,16 @@ TEST_CASE("the batch family: planned past the cutover, forced anywhere, keys nor
   CHECK_FALSE(d.normalized().wgmma);  // other kinds ignore it
 }
 
-TEST_CASE("the prefill family: planned on sm_90a from 96 pairs per expert, forced anywhere, keys normalized",
+TEST_CASE("the prefill family: planned on sm_90a from 48 pairs per expert, forced anywhere, keys normalized",
           "[planner][keys][prefill]") {
   ScopedEnv env{"MOEJIT_PREFILL_TILE_FC1", "MOEJIT_PREFILL_TILE_FC2"};
   const LayerSpec s = gptoss();  // 4 of 128 experts per token: p = M / 32
   const int from = prefill_from_tokens(s, Arch::sm_90a);
-  CHECK(from == 3072);
+  CHECK(from == 1536);
   CHECK(prefill_from_tokens(s, Arch::sm_120a) == kMaxTokens + 1);
   CHECK(prefill_from_tokens(s, Arch::sm_121a) == kMaxTokens + 1);
   CHECK(tuned_plan(s, Arch::sm_90a, from - 1, 132).family == Family::batch);
-  for (int m : {from, 16384, kMaxTokens}) {
+  for (int m : {from, 3071, 3072, 16384, kMaxTokens}) {
     INFO("M=" << m);
     const Plan p = tuned_plan(s, Arch::sm_90a, m, 132);
     CHECK(p.family == Family::prefill);
@@ -892,9 +892,10 @@ TEST_CASE("the prefill family: planned on sm_90a from 96 pairs per expert, force
     CHECK(p.kernels[0].kind == KernelKind::route);
     CHECK(p.kernels[1].kind == KernelKind::prefill_fc1);
     CHECK(p.kernels[2].kind == KernelKind::prefill_fc2);
-    // 128-pair tiles, two consumer warpgroups, one persistent CTA per SM, rings as deep as 200 KiB allow.
-    CHECK(p.kernels[1].ntiles == 16);
-    CHECK(p.kernels[2].ntiles == 16);
+    // 96-pair tiles below 96 pairs per expert, 128-pair ones from there; two consumer warpgroups, one
+    // persistent CTA per SM, rings as deep as 200 KiB allow.
+    CHECK(p.kernels[1].ntiles == (m < 3072 ? 12 : 16));
+    CHECK(p.kernels[2].ntiles == p.kernels[1].ntiles);
     CHECK(p.kernels[1].warps == 8);
     CHECK(p.kernels[1].min_blocks == 1);
     CHECK(kernel_threads(p.kernels[1]) == 8 * 32 + 128);

@@ -147,11 +147,14 @@ std::string source(const KernelKey& key, const std::string& entry) {
   return out;
 }
 
-// The token tile from the pairs an expert gets on average: a tile about as wide as the busiest experts'
-// pairs, so each expert's weights are decoded about once per tile; the half-width path covers the last,
-// partly filled tile. The ring takes as many stages as fit in 200 KiB, at most 8.
+// The token tile from the pairs an expert gets on average: wide enough that most experts' pairs fit one
+// tile (a second tile decodes the expert's weights again, for a few pairs), so 96 pairs from 48 on average;
+// from 96 on average 128, not 160: the 160-pair tile costs more than the nearly empty second tiles it saves
+// (perf-log v42). The narrower paths cover a partly filled tile. The ring takes as many stages as fit in
+// 200 KiB, at most 8.
 int prefill_ntiles(double pairs_per_expert) {
   if (pairs_per_expert >= 96) return 16;
+  if (pairs_per_expert >= 48) return 12;
   if (pairs_per_expert >= 40) return 8;
   return 4;
 }
