@@ -84,10 +84,35 @@ MOEJIT_AQ_FN float aq_quantum(float r) {
   const int e = aq_floor_log2(r) > G::kMinExp ? aq_floor_log2(r) : G::kMinExp;
   return aq_pow2(e - G::kMant);
 }
+#if defined(__CUDACC__)
+// The e4m3 conversion instructions (sm_89 and later). aq_e4m3_code: the code of 0 <= a < 448, nearest,
+// ties to even, subnormals kept, the grid point aq_grid_round<AqE4m3> picks; aq_e4m3_values: the values
+// of the codes in the low and high byte of `codes` (exact in f16, so in fp32).
+MOEJIT_AQ_FN unsigned aq_e4m3_code(float a) {
+  unsigned short code;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(code) : "f"(0.f), "f"(a));
+  return code;
+}
+MOEJIT_AQ_FN void aq_e4m3_values(unsigned codes, float& low, float& high) {
+  unsigned halves;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"((unsigned short)codes));
+  asm("cvt.f32.f16 %0, %1;" : "=f"(low) : "h"((unsigned short)(halves & 0xFFFFu)));
+  asm("cvt.f32.f16 %0, %1;" : "=f"(high) : "h"((unsigned short)(halves >> 16)));
+}
+MOEJIT_AQ_FN float aq_e4m3_round_instruction(float a) {
+  float r, unused;
+  aq_e4m3_values(aq_e4m3_code(a), r, unused);
+  return r;
+}
+#endif
+
 // Nearest grid point of a >= 0 (ties to even), saturating at G::kMax (infinity too).
 template <class G>
 MOEJIT_AQ_FN float aq_grid_round(float a) {
   if (!(a < G::kMax)) return G::kMax;
+#if defined(__CUDACC__)
+  if constexpr (G::kMinExp == -6 && G::kMant == 3) return aq_e4m3_round_instruction(a);
+#endif
   const int e = aq_floor_log2(a) > G::kMinExp ? aq_floor_log2(a) : G::kMinExp;
   const float r = aq_rint(a * aq_pow2(G::kMant - e)) * aq_pow2(e - G::kMant);
   return r < G::kMax ? r : G::kMax;
@@ -140,15 +165,59 @@ MOEJIT_AQ_FN float a8_value(float v, int x) {
   return (aq_bits(v) >> 31) ? -r : r;
 }
 
+#if defined(__CUDACC__)
+// aq_round_ratio<AqE4m3> by the conversion instructions: the estimate's code c, then the codes c - 1 and
+// c + 1 (the grid points below and above, binade edges and subnormals included) for the two midpoints;
+// a grid point is even where its code is.
+MOEJIT_AQ_FN float aq_e4m3_ratio_instruction(float a, float b, float d) {
+  const float estimate = aq_div_estimate(a * b, d);
+  const unsigned c = estimate < AqE4m3::kMax ? aq_e4m3_code(estimate) : 0x7Eu;  // 0x7E: 448
+  float lo, r, hi, unused;
+  aq_e4m3_values((c > 0 ? c - 1 : 0) | c << 8, lo, r);
+  aq_e4m3_values(c < 0x7Eu ? c + 1 : c, hi, unused);
+  const bool odd = c & 1u;
+  if (c > 0) {
+    const float below = aq_fma(a, b, -(0.5f * (lo + r)) * d);  // sign of a*b - midpoint*d, exactly
+    if (below < 0.f || (below == 0.f && odd)) return lo;
+  }
+  if (c < 0x7Eu) {
+    const float above = aq_fma(a, b, -(0.5f * (r + hi)) * d);
+    if (above > 0.f || (above == 0.f && odd)) return hi;
+  }
+  return r;
+}
+#endif
+
 // a4: the block scale s = e4m3(amax * gs / 6) from the block's largest |v| (finite) and the global scale.
 MOEJIT_AQ_FN float a4_block_scale(unsigned amax_bits, float gs) {
+#if defined(__CUDACC__)
+  return aq_e4m3_ratio_instruction(aq_float(amax_bits), gs, 6.f);
+#else
   return aq_round_ratio<AqE4m3>(aq_float(amax_bits), gs, 6.f);
+#endif
 }
+// e2m1 of the exact a * b / d (a, b >= 0 finite, d > 0 an e4m3 value), as aq_round_ratio<AqE2m1> would round it:
+// the grid's seven midpoints m (0.25 .. 5) each add their step when the exact a * b lies above m * d, or on it
+// where the tie goes to the even code above (0.75, 1.75, 3.5); fmaf's single rounding of a * b - m * d gives
+// that sign exactly (m * d is exact: at most 3 significant bits times 4). Branch-free, about three
+// instructions per midpoint.
+MOEJIT_AQ_FN float aq_e2m1_ratio(float a, float b, float d) {
+  float r = 0.f;
+  r += aq_fma(a, b, -0.25f * d) > 0.f ? 0.5f : 0.f;
+  r += aq_fma(a, b, -0.75f * d) >= 0.f ? 0.5f : 0.f;
+  r += aq_fma(a, b, -1.25f * d) > 0.f ? 0.5f : 0.f;
+  r += aq_fma(a, b, -1.75f * d) >= 0.f ? 0.5f : 0.f;
+  r += aq_fma(a, b, -2.5f * d) > 0.f ? 1.f : 0.f;
+  r += aq_fma(a, b, -3.5f * d) >= 0.f ? 1.f : 0.f;
+  r += aq_fma(a, b, -5.f * d) > 0.f ? 2.f : 0.f;
+  return r;
+}
+
 // a4: e2m1(v * gs / s) * s * 2^shift, the operand without the 1/gs (folded into the output multiplier).
 template <int kShift>
 MOEJIT_AQ_FN float a4_value(float v, float gs, float s) {
   const float a = aq_float(aq_bits(v) & 0x7FFFFFFFu);  // |v|, +0 for -0 (the sign is put back below)
-  const float r = s == 0.f ? 0.f : aq_round_ratio<AqE2m1>(a, gs, s) * s * aq_pow2(kShift);
+  const float r = s == 0.f ? 0.f : aq_e2m1_ratio(a, gs, s) * s * aq_pow2(kShift);
   return (aq_bits(v) >> 31) ? -r : r;
 }
 
