@@ -386,8 +386,9 @@ void print_scale_report(const PreparedLayer& csf) {
   const double read = static_cast<double>(((csf.csf_scales() & 1) ? b.fc1_csf : b.fc1_plain) +
                                           ((csf.csf_scales() & 2) ? b.fc2_csf : b.fc2_plain));
   fmt::print("prepared scales per layer: plain {} (FC1 {}, FC2 {}), CSF {} (FC1 {}, FC2 {}): {:.2f}x smaller; the\n"
-             "decode kernels' bytes per expert (FP4 + scales) drop by {:.2f}%. The batch family reads the plain\n"
-             "prepared planes, which a CSF layer keeps beside its CSF planes (device memory {}).\n",
+             "decode kernels' bytes per expert (FP4 + scales) drop by {:.2f}%. Every family reads the CSF planes\n"
+             "(decode rebuilds a slab's scales in shared memory, batch and prefill each chunk's in registers);\n"
+             "the layer's device memory {}.\n",
              human_bytes(plain), human_bytes(static_cast<double>(b.fc1_plain)),
              human_bytes(static_cast<double>(b.fc2_plain)), human_bytes(read),
              human_bytes(static_cast<double>((csf.csf_scales() & 1) ? b.fc1_csf : b.fc1_plain)),
