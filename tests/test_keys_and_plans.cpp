@@ -786,7 +786,7 @@ TEST_CASE("the batch family: planned past the cutover, forced anywhere, keys nor
   CHECK(tile(Arch::sm_120a, 448) == "4");
   CHECK(tile(Arch::sm_120a, 1279) == "4");
   CHECK(tile(Arch::sm_120a, 1280) == "8");
-  for (int m : {448, 832, 1280, 1535}) {  // the automatic plan; from 1536 (48 pairs per expert) it is the prefill family
+  for (int m : {448, 832, 1280, 1536}) {  // the automatic plan; from 1792 (56 pairs per expert) it is the prefill family
     const Plan w = tuned_plan(s, Arch::sm_90a, m, 132);
     CHECK(w.kernels.at(1).warps == 8);
     CHECK(w.kernels.at(1).min_blocks == 2);
@@ -875,12 +875,12 @@ TEST_CASE("the batch family: planned past the cutover, forced anywhere, keys nor
   CHECK_FALSE(d.normalized().wgmma);  // other kinds ignore it
 }
 
-TEST_CASE("the prefill family: planned on sm_90a from 48 pairs per expert, forced anywhere, keys normalized",
+TEST_CASE("the prefill family: planned on sm_90a from 56 pairs per expert, forced anywhere, keys normalized",
           "[planner][keys][prefill]") {
   ScopedEnv env{"MOEJIT_PREFILL_TILE_FC1", "MOEJIT_PREFILL_TILE_FC2"};
   const LayerSpec s = gptoss();  // 4 of 128 experts per token: p = M / 32
   const int from = prefill_from_tokens(s, Arch::sm_90a);
-  CHECK(from == 1536);
+  CHECK(from == 1792);
   CHECK(prefill_from_tokens(s, Arch::sm_120a) == kMaxTokens + 1);
   CHECK(prefill_from_tokens(s, Arch::sm_121a) == kMaxTokens + 1);
   CHECK(tuned_plan(s, Arch::sm_90a, from - 1, 132).family == Family::batch);

@@ -30,8 +30,8 @@ inline constexpr int kMaxTokens = 65536;
 // top_k, hidden, intermediate, activation); thread-safe; does not throw.
 int batch_from_tokens(const LayerSpec& spec);
 // From this many tokens on, the automatic plan on `arch` is the prefill family: sm_90a only (its kernels
-// run on warpgroup MMA), every activation precision, from 48 pairs per expert on average (perf-log v42: faster than the batch family
-// at 64 and above, slower at 32), and never before batch_from_tokens. kMaxTokens + 1 where the
+// run on warpgroup MMA), every activation precision, from 56 pairs per expert on average (perf-log v42: faster than the batch family
+// at 64 and above, about 10 % slower at 48), and never before batch_from_tokens. kMaxTokens + 1 where the
 // family is never planned. Pure and thread-safe; does not throw for a valid spec.
 int prefill_from_tokens(const LayerSpec& spec, Arch arch);
 
