@@ -7,12 +7,13 @@
 #   planned prefill tiles at M = 4096 and 16384 with the dense ceiling), teams (two consumer-warpgroup
 #   teams against the planned tiles at M = 4096), pairs (clusters of two CTAs sharing each B block, p2,
 #   at M = 4096), wide (160-token tiles, n20, against the planned tiles at M = 4096 and 16384), batch
-#   (M = 64..2048, the batch regime)
+#   (M = 64..2048, the batch regime), cutover (the planned family against the batch family at 48, 56 and
+#   64 pairs per expert, around the prefill family's cutover)
 #   CONFIGS (default: gpt-oss-120b deepseek-v3 qwen3-30b-a3b), ROW_TIMEOUT (seconds, default 150)
 set -u
 cli=$1 logs=$2
 shift 2
-rows=${*:-precision csf prefill teams pairs wide batch}
+rows=${*:-precision csf prefill teams pairs wide batch cutover}
 configs=${CONFIGS:-gpt-oss-120b deepseek-v3 qwen3-30b-a3b}
 limit=${ROW_TIMEOUT:-150}
 mkdir -p "$logs"
@@ -29,7 +30,7 @@ for row in $rows; do
   for c in $configs; do
     case $row in
       precision) run_row "precision_$c" --config "$c" --precision a16,a8,a4 --tokens 1,4,32,256,1024,4096 --replays 10 --dense off ;;
-      csf) run_row "csf_$c" --config "$c" --scales csf --tokens 1,4,16,32,64,256 --replays 10 --dense off ;;
+      csf) run_row "csf_$c" --config "$c" --scales csf --tokens 1,4,16,32,64,256,1024,4096 --replays 10 --dense off ;;
       prefill) run_row "prefill_$c" --config "$c" --family prefill --tokens 4096,16384 --replays 5 --dense on ;;
       teams)
         MOEJIT_PREFILL_TILE_FC1=w8n16d6g2 MOEJIT_PREFILL_TILE_FC2=w8n16d7g2 \
@@ -44,6 +45,13 @@ for row in $rows; do
           run_row "wide_n20_$c" --config "$c" --family prefill --tokens 4096,16384 --replays 5 --dense off
         run_row "wide_n16_$c" --config "$c" --family prefill --tokens 4096,16384 --replays 5 --dense off ;;
       batch) run_row "batch_$c" --config "$c" --tokens 64,128,256,512,1024,2048 --replays 10 --dense on ;;
+      cutover)
+        # M for 48, 56 and 64 pairs per expert: M = pairs * E / top_k, from the plan's layer line.
+        layer=$("$cli" plan --config "$c" --tokens 1 2>/dev/null | grep -m1 -oE 'E=[0-9]+ .*top_k=[0-9]+')
+        e=$(grep -oE '^E=[0-9]+' <<< "$layer" | cut -d= -f2) k=$(grep -oE 'top_k=[0-9]+' <<< "$layer" | cut -d= -f2)
+        tokens=$(for p in 48 56 64; do echo $(( p * e / k )); done | paste -sd,)
+        run_row "cutover_planned_$c" --config "$c" --tokens "$tokens" --replays 10 --dense off
+        run_row "cutover_batch_$c" --config "$c" --family batch --tokens "$tokens" --replays 10 --dense off ;;
       *) echo "gpu_bench.sh: unknown row $row" >&2; exit 2 ;;
     esac
   done
