@@ -9,10 +9,12 @@
 // for bit against the reference); the warp-level block reductions are device-only.
 //
 // Exactness: a8 divides by a power of two (exact). a4's two roundings are of exact quotients
-// (amax * gs / 6 and v * gs / s), as the reference's: an fp32 estimate of the quotient (a few ulp off:
-// the device's fast reciprocal divide, the host's multiply by a reciprocal) picks a grid point within one
-// step, and fmaf's single rounding of a*b - m*d (m*d exact: at most 7 significant bits) gives the sign
-// of the exact comparison with each neighbouring midpoint m, which settles the rounding and its ties.
+// (amax * gs / 6 and v * gs / s), as the reference's, both settled by fmaf's single rounding of
+// a*b - m*d (m*d exact: at most 7 significant bits), which gives the sign of the exact comparison with a
+// grid midpoint m and so the rounding and its ties: for the block scale an fp32 estimate of the quotient
+// (a few ulp off: the device's fast reciprocal divide, the host's multiply by a reciprocal) picks an e4m3
+// grid point within one step and its two neighbouring midpoints decide; for the e2m1 value every midpoint
+// of the eight-point grid is compared. The device takes the e4m3 grid from the conversion instructions.
 #pragma once
 
 #if defined(__CUDACC__)
@@ -68,14 +70,10 @@ MOEJIT_AQ_FN float aq_pow2(int n) { return n >= -126 ? aq_float((unsigned)(n + 1
 // Non-finite: the fp32 bits of |v| at or above infinity's.
 MOEJIT_AQ_FN bool aq_nonfinite_bits(unsigned abs_bits) { return abs_bits >= 0x7F800000u; }
 
-// A saturating floating-point grid: e4m3 (min exponent -6, 3 mantissa bits, max 448) or e2m1 (0, 1, 6).
+// A saturating floating-point grid: e4m3 (min exponent -6, 3 mantissa bits, max 448).
 struct AqE4m3 {
   static constexpr int kMinExp = -6, kMant = 3;
   static constexpr float kMax = 448.f;
-};
-struct AqE2m1 {
-  static constexpr int kMinExp = 0, kMant = 1;
-  static constexpr float kMax = 6.f;
 };
 
 // Spacing of the grid at r (r >= 0 on the grid, or any a >= 0 for the spacing of its binade).
@@ -196,8 +194,9 @@ MOEJIT_AQ_FN float a4_block_scale(unsigned amax_bits, float gs) {
   return aq_round_ratio<AqE4m3>(aq_float(amax_bits), gs, 6.f);
 #endif
 }
-// e2m1 of the exact a * b / d (a, b >= 0 finite, d > 0 an e4m3 value), as aq_round_ratio<AqE2m1> would round it:
-// the grid's seven midpoints m (0.25 .. 5) each add their step when the exact a * b lies above m * d, or on it
+// e2m1 (0, 0.5, 1, 1.5, 2, 3, 4, 6; nearest, ties to the even code, saturating at 6) of the exact a * b / d
+// (a, b >= 0 finite, d > 0 an e4m3 value): the grid's seven midpoints m (0.25 .. 5) each add their step when
+// the exact a * b lies above m * d, or on it
 // where the tie goes to the even code above (0.75, 1.75, 3.5); fmaf's single rounding of a * b - m * d gives
 // that sign exactly (m * d is exact: at most 3 significant bits times 4). Branch-free, about three
 // instructions per midpoint.
