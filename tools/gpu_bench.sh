@@ -8,12 +8,13 @@
 #   teams against the planned tiles at M = 4096), pairs (clusters of two CTAs sharing each B block, p2,
 #   at M = 4096), wide (160-token tiles, n20, against the planned tiles at M = 4096 and 16384), batch
 #   (M = 64..2048, the batch regime), cutover (the planned family against the batch family at 48, 56 and
-#   64 pairs per expert, around the prefill family's cutover)
+#   64 pairs per expert, around the prefill family's cutover), sweep (the planned family at every power of two
+#   M = 1..16384 with the dense ceiling: the final table)
 #   CONFIGS (default: gpt-oss-120b deepseek-v3 qwen3-30b-a3b), ROW_TIMEOUT (seconds, default 150)
 set -u
 cli=$1 logs=$2
 shift 2
-rows=${*:-precision csf prefill teams pairs wide batch cutover}
+rows=${*:-precision csf prefill teams pairs wide batch cutover sweep}
 configs=${CONFIGS:-gpt-oss-120b deepseek-v3 qwen3-30b-a3b}
 limit=${ROW_TIMEOUT:-150}
 mkdir -p "$logs"
@@ -52,6 +53,7 @@ for row in $rows; do
         tokens=$(for p in 48 56 64; do echo $(( p * e / k )); done | paste -sd,)
         run_row "cutover_planned_$c" --config "$c" --tokens "$tokens" --replays 10 --dense off
         run_row "cutover_batch_$c" --config "$c" --family batch --tokens "$tokens" --replays 10 --dense off ;;
+      sweep) run_row "sweep_$c" --config "$c" --tokens 1,2,4,8,16,32,64,128,256,512,1024,2048,4096,8192,16384 --replays 10 --dense on ;;
       *) echo "gpu_bench.sh: unknown row $row" >&2; exit 2 ;;
     esac
   done
