@@ -128,22 +128,48 @@ MOEJIT_AQ_FN float aq_grid_pred(float r) {
   return r - (binade_start ? 0.5f * q : q);
 }
 
+// The nearest grid point r of a >= 0 (as aq_grid_round), whether grid points lie below it (r > 0) and
+// above it (r < G::kMax), those points lo and hi, and whether r's code is odd. The device reads the e4m3
+// grid from the conversion instructions: r's code c and the codes c - 1 and c + 1 (binade edges and
+// subnormals included); r's parity is c's.
+struct AqGridPoint {
+  float lo, r, hi;
+  bool below, above, odd;
+};
+template <class G>
+MOEJIT_AQ_FN AqGridPoint aq_grid_point(float a) {
+#if defined(__CUDACC__)
+  if constexpr (G::kMinExp == -6 && G::kMant == 3) {
+    const unsigned c = a < G::kMax ? aq_e4m3_code(a) : 0x7Eu;  // 0x7E: 448
+    AqGridPoint p;
+    float unused;
+    aq_e4m3_values((c > 0 ? c - 1 : 0) | c << 8, p.lo, p.r);
+    aq_e4m3_values(c < 0x7Eu ? c + 1 : c, p.hi, unused);
+    p.below = c > 0;
+    p.above = c < 0x7Eu;
+    p.odd = c & 1u;
+    return p;
+  }
+#endif
+  const float r = aq_grid_round<G>(a);
+  const bool below = r > 0.f, above = r < G::kMax;
+  return AqGridPoint{below ? aq_grid_pred<G>(r) : r, r, above ? r + aq_quantum<G>(r) : r, below, above, !aq_grid_even<G>(r)};
+}
+
 // Nearest grid point (ties to even, saturating at G::kMax) of the exact a * b / d, for finite a, b >= 0
 // and d > 0 such that every midpoint m of the grid gives an exact m * d.
 template <class G>
 MOEJIT_AQ_FN float aq_round_ratio(float a, float b, float d) {
-  float r = aq_grid_round<G>(aq_div_estimate(a * b, d));  // within one grid step of the exact result
-  if (r > 0.f) {
-    const float lo = aq_grid_pred<G>(r);
-    const float c = aq_fma(a, b, -(0.5f * (lo + r)) * d);  // sign of a*b - midpoint*d, exactly
-    if (c < 0.f || (c == 0.f && !aq_grid_even<G>(r))) return lo;
+  const AqGridPoint p = aq_grid_point<G>(aq_div_estimate(a * b, d));  // within one grid step of the exact result
+  if (p.below) {
+    const float c = aq_fma(a, b, -(0.5f * (p.lo + p.r)) * d);  // sign of a*b - midpoint*d, exactly
+    if (c < 0.f || (c == 0.f && p.odd)) return p.lo;
   }
-  if (r < G::kMax) {
-    const float hi = r + aq_quantum<G>(r);
-    const float c = aq_fma(a, b, -(0.5f * (r + hi)) * d);
-    if (c > 0.f || (c == 0.f && !aq_grid_even<G>(r))) return hi;
+  if (p.above) {
+    const float c = aq_fma(a, b, -(0.5f * (p.r + p.hi)) * d);
+    if (c > 0.f || (c == 0.f && p.odd)) return p.hi;
   }
-  return r;
+  return p.r;
 }
 
 // a8: the block's shared exponent X = floor(log2(amax)) - 8, clamped to e8m0's range, from the block's
@@ -163,43 +189,15 @@ MOEJIT_AQ_FN float a8_value(float v, int x) {
   return (aq_bits(v) >> 31) ? -r : r;
 }
 
-#if defined(__CUDACC__)
-// aq_round_ratio<AqE4m3> by the conversion instructions: the estimate's code c, then the codes c - 1 and
-// c + 1 (the grid points below and above, binade edges and subnormals included) for the two midpoints;
-// a grid point is even where its code is.
-MOEJIT_AQ_FN float aq_e4m3_ratio_instruction(float a, float b, float d) {
-  const float estimate = aq_div_estimate(a * b, d);
-  const unsigned c = estimate < AqE4m3::kMax ? aq_e4m3_code(estimate) : 0x7Eu;  // 0x7E: 448
-  float lo, r, hi, unused;
-  aq_e4m3_values((c > 0 ? c - 1 : 0) | c << 8, lo, r);
-  aq_e4m3_values(c < 0x7Eu ? c + 1 : c, hi, unused);
-  const bool odd = c & 1u;
-  if (c > 0) {
-    const float below = aq_fma(a, b, -(0.5f * (lo + r)) * d);  // sign of a*b - midpoint*d, exactly
-    if (below < 0.f || (below == 0.f && odd)) return lo;
-  }
-  if (c < 0x7Eu) {
-    const float above = aq_fma(a, b, -(0.5f * (r + hi)) * d);
-    if (above > 0.f || (above == 0.f && odd)) return hi;
-  }
-  return r;
-}
-#endif
-
 // a4: the block scale s = e4m3(amax * gs / 6) from the block's largest |v| (finite) and the global scale.
 MOEJIT_AQ_FN float a4_block_scale(unsigned amax_bits, float gs) {
-#if defined(__CUDACC__)
-  return aq_e4m3_ratio_instruction(aq_float(amax_bits), gs, 6.f);
-#else
   return aq_round_ratio<AqE4m3>(aq_float(amax_bits), gs, 6.f);
-#endif
 }
 // e2m1 (0, 0.5, 1, 1.5, 2, 3, 4, 6; nearest, ties to the even code, saturating at 6) of the exact a * b / d
 // (a, b >= 0 finite, d > 0 an e4m3 value): the grid's seven midpoints m (0.25 .. 5) each add their step when
-// the exact a * b lies above m * d, or on it
-// where the tie goes to the even code above (0.75, 1.75, 3.5); fmaf's single rounding of a * b - m * d gives
-// that sign exactly (m * d is exact: at most 3 significant bits times 4). Branch-free, about three
-// instructions per midpoint.
+// the exact a * b lies above m * d, or on it where the tie goes to the even code above (0.75, 1.75, 3.5);
+// fmaf's single rounding of a * b - m * d gives that sign exactly (m * d is exact: at most 3 significant
+// bits times 4). Branch-free, about three instructions per midpoint.
 MOEJIT_AQ_FN float aq_e2m1_ratio(float a, float b, float d) {
   float r = 0.f;
   r += aq_fma(a, b, -0.25f * d) > 0.f ? 0.5f : 0.f;
