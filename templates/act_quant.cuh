@@ -13,8 +13,8 @@
 // a*b - m*d (m*d exact: at most 7 significant bits), which gives the sign of the exact comparison with a
 // grid midpoint m and so the rounding and its ties: for the block scale an fp32 estimate of the quotient
 // (a few ulp off: the device's fast reciprocal divide, the host's multiply by a reciprocal) picks an e4m3
-// grid point within one step and its two neighbouring midpoints decide; for the e2m1 value every midpoint
-// of the eight-point grid is compared. The device takes the e4m3 grid from the conversion instructions.
+// grid point within one step and its two neighbouring midpoints decide; for the e2m1 value the estimate's
+// grid interval and its one midpoint decide. The device takes the e4m3 grid from the conversion instructions.
 #pragma once
 
 #if defined(__CUDACC__)
@@ -37,11 +37,18 @@ MOEJIT_AQ_NS_BEGIN
 MOEJIT_AQ_FN unsigned aq_bits(float v) { return __float_as_uint(v); }
 MOEJIT_AQ_FN float aq_float(unsigned b) { return __uint_as_float(b); }
 MOEJIT_AQ_FN float aq_rint(float v) { return rintf(v); }
+MOEJIT_AQ_FN float aq_floor(float v) { return floorf(v); }
 MOEJIT_AQ_FN float aq_fma(float a, float b, float c) { return fmaf(a, b, c); }
 // x / y to within a few ulp (y a normal number below 2^126): the division's estimate only has to pick a
 // grid point within one step; the exact comparisons settle the rest, with fewer registers than the IEEE
 // division's slow path takes.
 MOEJIT_AQ_FN float aq_div_estimate(float x, float y) { return __fdividef(x, y); }
+// 1 / y to within an ulp (y a normal number or 0, which gives infinity): the hardware's approximation.
+MOEJIT_AQ_FN float aq_rcp_estimate(float y) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
+  return r;
+}
 #else
 MOEJIT_AQ_FN unsigned aq_bits(float v) {
   std::uint32_t b;
@@ -55,9 +62,11 @@ MOEJIT_AQ_FN float aq_float(unsigned b) {
   return v;
 }
 MOEJIT_AQ_FN float aq_rint(float v) { return std::nearbyint(v); }  // the default mode: nearest even
+MOEJIT_AQ_FN float aq_floor(float v) { return std::floor(v); }
 MOEJIT_AQ_FN float aq_fma(float a, float b, float c) { return std::fma(a, b, c); }
 // Inexact on purpose, like the device's: the host tests check that the exact comparisons absorb it.
 MOEJIT_AQ_FN float aq_div_estimate(float x, float y) { return x * (1.f / y); }
+MOEJIT_AQ_FN float aq_rcp_estimate(float y) { return 1.f / y; }
 #endif
 
 // The precision modes as the generated source passes them (MOEJIT_ACT_PRECISION).
@@ -194,28 +203,38 @@ MOEJIT_AQ_FN float a4_block_scale(unsigned amax_bits, float gs) {
   return aq_round_ratio<AqE4m3>(aq_float(amax_bits), gs, 6.f);
 }
 // e2m1 (0, 0.5, 1, 1.5, 2, 3, 4, 6; nearest, ties to the even code, saturating at 6) of the exact a * b / d
-// (a, b >= 0 finite, d > 0 an e4m3 value): the grid's seven midpoints m (0.25 .. 5) each add their step when
-// the exact a * b lies above m * d, or on it where the tie goes to the even code above (0.75, 1.75, 3.5);
-// fmaf's single rounding of a * b - m * d gives that sign exactly (m * d is exact: at most 3 significant
-// bits times 4). Branch-free, about three instructions per midpoint.
-MOEJIT_AQ_FN float aq_e2m1_ratio(float a, float b, float d) {
-  float r = 0.f;
-  r += aq_fma(a, b, -0.25f * d) > 0.f ? 0.5f : 0.f;
-  r += aq_fma(a, b, -0.75f * d) >= 0.f ? 0.5f : 0.f;
-  r += aq_fma(a, b, -1.25f * d) > 0.f ? 0.5f : 0.f;
-  r += aq_fma(a, b, -1.75f * d) >= 0.f ? 0.5f : 0.f;
-  r += aq_fma(a, b, -2.5f * d) > 0.f ? 1.f : 0.f;
-  r += aq_fma(a, b, -3.5f * d) >= 0.f ? 1.f : 0.f;
-  r += aq_fma(a, b, -5.f * d) > 0.f ? 2.f : 0.f;
-  return r;
+// (a, b >= 0 finite, d > 0 an e4m3 value), given an estimate q of the quotient a few ulp off. q lies in the
+// grid interval [lo, lo + step) of the exact quotient, or next to a grid point that the exact one lies just
+// past; either way only the midpoint m = lo + step / 2 of q's interval can separate q's rounding from the
+// exact one, and fmaf's single rounding of a * b - m * d gives the sign of the exact comparison (m * d is
+// exact: at most 3 significant bits times 4). A tie goes to the even code: up from lo = 0.5, 1.5 and 3 (odd
+// codes 1, 3, 5), the odd values of lo / step. Branch-free (selects only); q = infinity or NaN (d = 0, which
+// a4_value's multiply by d = 0 then makes 0) gives 6.
+MOEJIT_AQ_FN float aq_e2m1_from_estimate(float q, float a, float b, float d) {
+  const bool below2 = q < 2.f, below4 = q < 4.f;
+  const float step = below2 ? 0.5f : below4 ? 1.f : 2.f;
+  const float index = aq_floor(q * (below2 ? 2.f : below4 ? 1.f : 0.5f));  // exact: step is a power of two
+  const float lo = index * step;
+  const float c = aq_fma(a, b, -(lo + 0.5f * step) * d);
+  const bool odd = (aq_bits(index + 8388608.f) & 1u) != 0;  // index < 2^23: its last bit lands in bit 0
+  const bool up = odd ? c >= 0.f : c > 0.f;
+  const float r = up ? lo + step : lo;
+  return lo < 6.f ? r : 6.f;  // q >= 6: the exact quotient is above the last midpoint, 5
 }
+MOEJIT_AQ_FN float aq_e2m1_ratio(float a, float b, float d) { return aq_e2m1_from_estimate(aq_div_estimate(a * b, d), a, b, d); }
 
-// a4: e2m1(v * gs / s) * s * 2^shift, the operand without the 1/gs (folded into the output multiplier).
+// a4: e2m1(v * gs / s) * s * 2^shift, the operand without the 1/gs (folded into the output multiplier), given
+// the block's k = gs / s estimate (a4_ratio_factor; infinity for s = 0, whose values are 0).
+MOEJIT_AQ_FN float a4_ratio_factor(float gs, float s) { return gs * aq_rcp_estimate(s); }
+template <int kShift>
+MOEJIT_AQ_FN float a4_value(float v, float gs, float s, float k) {
+  const float a = aq_float(aq_bits(v) & 0x7FFFFFFFu);  // |v|, +0 for -0 (the sign is put back below)
+  const float r = aq_e2m1_from_estimate(a * k, a, gs, s) * s * aq_pow2(kShift);
+  return (aq_bits(v) >> 31) ? -r : r;
+}
 template <int kShift>
 MOEJIT_AQ_FN float a4_value(float v, float gs, float s) {
-  const float a = aq_float(aq_bits(v) & 0x7FFFFFFFu);  // |v|, +0 for -0 (the sign is put back below)
-  const float r = s == 0.f ? 0.f : aq_e2m1_ratio(a, gs, s) * s * aq_pow2(kShift);
-  return (aq_bits(v) >> 31) ? -r : r;
+  return a4_value<kShift>(v, gs, s, a4_ratio_factor(gs, s));
 }
 
 // One element of a block given the block's |v| maximum as fp32 bits: the quantized operand value (times
@@ -287,6 +306,64 @@ MOEJIT_DEVICE unsigned block_amax_bits(unsigned local) {
     }
   return local;
 }
+// a4's block scales of kNT x 2 columns whose 16-row blocks lie over the 8 lanes of one lane % 4 (the MMA
+// accumulator layout: column nt * 8 + 2 * (lane & 3) + c, rows g and g + 8 in lane g * 4 + lane % 4), from
+// each lane's own maxima (fp32 bits of |v|): scale[nt][c], NaN for a block holding a NaN or an infinity.
+// The 8 lanes of a column group share the work instead of each computing every scale: a reduce-scatter of the
+// maxima over lane bits 4, 3, 2 (each step keeps the half of the columns whose index bit matches the lane's and
+// takes the partner's maxima of it) leaves lane g the maxima of columns j = nt * 2 + c with j % 8 == g, it
+// computes those scales, and a shuffle brings each to the lanes of its column. Every lane of the warp calls it.
+template <int kNT>
+MOEJIT_DEVICE void a4_column_block_scales(const unsigned (&local)[kNT][2], float gs, float (&scale)[kNT][2]) {
+  constexpr int kCols = kNT * 2, kPer = (kCols + 7) / 8;
+  const int lane = lane_id();
+  unsigned a[kPer][8];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k)
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const int j = 8 * k + r;
+      a[k][r] = j < kCols ? local[j >> 1][j & 1] : 0u;
+    }
+#pragma unroll
+  for (int step = 0; step < 3; ++step) {
+    const int half = 4 >> step;
+    const bool upper = (lane >> (4 - step)) & 1;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k)
+#pragma unroll
+      for (int r = 0; r < half; ++r) {
+        const unsigned keep = upper ? a[k][r + half] : a[k][r], send = upper ? a[k][r] : a[k][r + half];
+        const unsigned got = __shfl_xor_sync(0xffffffffu, send, 16 >> step);
+        a[k][r] = got > keep ? got : keep;
+      }
+  }
+  float mine[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const bool bad = aq_nonfinite_bits(a[k][0]);
+    const float s = a4_block_scale(bad ? 0u : a[k][0], gs);
+    mine[k] = bad ? aq_float(0x7FC00000u) : s;
+  }
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int j = nt * 2 + c;
+      scale[nt][c] = __shfl_sync(0xffffffffu, mine[j >> 3], ((j & 7) << 2) | (lane & 3));
+    }
+}
+// One a4 element given its block scale (a4_column_block_scales: NaN for a non-finite block).
+template <int kShift>
+MOEJIT_DEVICE float a4_value_or_nan(float v, float gs, float s) {
+  const float q = a4_value<kShift>(v, gs, s);
+  return s != s ? s : q;
+}
+// Whether a warp's columns take a4_column_block_scales: with fewer than 8 columns per lane group the shared
+// work saves less than its shuffles cost.
+template <int kNT>
+inline constexpr bool kA4SharedScales = kActPrecision == kActA4 && kNT >= 4;
+
 MOEJIT_DEVICE unsigned abs_bits_bf16x2_max(u32 v) {
   const unsigned lo = (v & 0x7FFFu) << 16, hi = v & 0x7FFF0000u;
   return lo > hi ? lo : hi;

@@ -76,11 +76,18 @@ MOEJIT_DEVICE void fc1_store_pass_quantized(const Params& p, const ExpertWork& w
         const unsigned b = __float_as_uint(v) & 0x7FFFFFFFu;
         amax[nt][i & 1] = b > amax[nt][i & 1] ? b : amax[nt][i & 1];
       }
+  // a4 with 4 or more n-tiles: one block scale per lane (act_quant.cuh a4_column_block_scales).
+  float scale[kNT][2];
+  if constexpr (kA4SharedScales<kNT>) {
+    static_assert(kSub == 1 && BlockMax::kBlockWarps == 1, "a4's blocks lie in one slab");
+    a4_column_block_scales<kNT>(amax, out_gs, scale);
+  } else {
 #pragma unroll
-  for (int nt = 0; nt < kNT; ++nt)
+    for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-    for (int c = 0; c < 2; ++c) amax[nt][c] = block_amax_bits<0x1C>(amax[nt][c]);
-  block_max(amax);
+      for (int c = 0; c < 2; ++c) amax[nt][c] = block_amax_bits<0x1C>(amax[nt][c]);
+    block_max(amax);
+  }
 #pragma unroll
   for (int j = 0; j < kSub; ++j)
 #pragma unroll
@@ -91,7 +98,8 @@ MOEJIT_DEVICE void fc1_store_pass_quantized(const Params& p, const ExpertWork& w
         if (!((sub_valid >> j) & 1u) || !(nt < live && t >= 0 && t < work.count)) continue;
         const int r = g + (i >> 1) * 8;
         const int at = (slab0 + j) * 16 + (kMmaOrder ? mma_k_position(r) : r);
-        const float q = act_quant_value<kActPrecision, 64>(a[j][nt][i], amax[nt][i & 1], out_gs);
+        const float q = kA4SharedScales<kNT> ? a4_value_or_nan<64>(a[j][nt][i], out_gs, scale[nt][i & 1])
+                                             : act_quant_value<kActPrecision, 64>(a[j][nt][i], amax[nt][i & 1], out_gs);
         p.act[(size_t)work.pairs[t] * kI + at] = f32_to_bf16(q);
       }
 }

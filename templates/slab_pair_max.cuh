@@ -121,7 +121,8 @@ using OneSlabPerWarpBlockMax = typename SlabBlockMaxOf<kActPrecision == kActA8, 
 // column nt * 8 + 2 * (lane & 3) + (i & 1) (g = lane >> 2), with 0 where there is no value (a column past
 // the tile, a slab past the matrix). Each becomes the key's operand value times 2^64 (a4 without 1/gs):
 // the block maximum over the column's 16 rows (the 8 lanes of one lane % 4), then over the block's other
-// slab where BlockMax says so. gs: a4's global scale of the intermediate. Every lane of the warp calls it.
+// slab where BlockMax says so (a4 with 4 or more n-tiles: a4_column_block_scales, one scale per lane).
+// gs: a4's global scale of the intermediate. Every lane of the warp calls it.
 template <int kNT, class BlockMax>
 MOEJIT_DEVICE void quantize_slab_columns(float (&v)[kNT * 4], float gs, BlockMax block_max) {
   static_assert(kActPrecision == kActA16 || 16 * BlockMax::kBlockWarps == kActBlock<kActPrecision>,
@@ -132,8 +133,22 @@ MOEJIT_DEVICE void quantize_slab_columns(float (&v)[kNT * 4], float gs, BlockMax
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const unsigned a = __float_as_uint(v[nt * 4 + c]) & 0x7FFFFFFFu, b = __float_as_uint(v[nt * 4 + 2 + c]) & 0x7FFFFFFFu;
-      amax[nt][c] = block_amax_bits<0x1C>(a > b ? a : b);
+      amax[nt][c] = a > b ? a : b;
     }
+  if constexpr (kA4SharedScales<kNT>) {
+    static_assert(BlockMax::kBlockWarps == 1, "a4's blocks lie in one warp");
+    float scale[kNT][2];
+    a4_column_block_scales<kNT>(amax, gs, scale);
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[nt * 4 + i] = a4_value_or_nan<64>(v[nt * 4 + i], gs, scale[nt][i & 1]);
+    return;
+  }
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) amax[nt][c] = block_amax_bits<0x1C>(amax[nt][c]);
   block_max(amax);
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt)
