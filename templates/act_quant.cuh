@@ -182,22 +182,12 @@ MOEJIT_AQ_FN float aq_round_ratio(float a, float b, float d) {
 }
 
 // a8: the block's shared exponent X = floor(log2(amax)) - 8, clamped to e8m0's range, from the block's
-// largest |v| given as fp32 bits (finite).
+// largest |v| given as fp32 bits (finite: at most 119). A zero or fp32-subnormal maximum gives -127, the
+// clamp of the true value (every element of such a block stays what 2^127 times it rounds to).
 MOEJIT_AQ_FN int a8_block_exponent(unsigned amax_bits) {
-  const float amax = aq_float(amax_bits);
-  if (amax == 0.f) return -127;  // every element is +-0 and stays so
-  const int x = aq_floor_log2(amax) - 8;  // fp32 subnormal amax: -135, clamped like the true value
-  return x < -127 ? -127 : x > 127 ? 127 : x;
+  const int x = (int)(amax_bits >> 23) - 135;  // the biased exponent minus 127 + 8
+  return x < -127 ? -127 : x;
 }
-// a8: e4m3(v / 2^X) * 2^(X + shift) (shift: the kernel's operand scaling, a power of two). v finite.
-template <int kShift>
-MOEJIT_AQ_FN float a8_value(float v, int x) {
-  const float a = aq_float(aq_bits(v) & 0x7FFFFFFFu);  // |v|, +0 for -0 (the sign is put back below)
-  const float q = aq_grid_round<AqE4m3>(a * aq_pow2(-x));  // x <= 119 for a finite amax: 2^-x is normal
-  const float r = q * aq_pow2(x + kShift);
-  return (aq_bits(v) >> 31) ? -r : r;
-}
-
 // a4: the block scale s = e4m3(amax * gs / 6) from the block's largest |v| (finite) and the global scale.
 MOEJIT_AQ_FN float a4_block_scale(unsigned amax_bits, float gs) {
   return aq_round_ratio<AqE4m3>(aq_float(amax_bits), gs, 6.f);
@@ -216,8 +206,11 @@ MOEJIT_AQ_FN float aq_e2m1_from_estimate(float q, float a, float b, float d) {
   const float index = aq_floor(q * (below2 ? 2.f : below4 ? 1.f : 0.5f));  // exact: step is a power of two
   const float lo = index * step;
   const float c = aq_fma(a, b, -(lo + 0.5f * step) * d);
-  const bool odd = (aq_bits(index + 8388608.f) & 1u) != 0;  // index < 2^23: its last bit lands in bit 0
-  const bool up = odd ? c >= 0.f : c > 0.f;
+  // c > 0, or c == 0 (+0: an exact difference) with an odd index: as integers, c's bits are positive for
+  // c > 0, 0 for +0 and negative below, so adding the index's last bit (index < 2^23: it lands in bit 0 of
+  // index + 2^23) makes the tie count as above.
+  const int odd = (int)(aq_bits(index + 8388608.f) & 1u);
+  const bool up = (int)aq_bits(c) + odd > 0;
   const float r = up ? lo + step : lo;
   return lo < 6.f ? r : 6.f;  // q >= 6: the exact quotient is above the last midpoint, 5
 }
@@ -237,14 +230,62 @@ MOEJIT_AQ_FN float a4_value(float v, float gs, float s) {
   return a4_value<kShift>(v, gs, s, a4_ratio_factor(gs, s));
 }
 
-// One element of a block given the block's |v| maximum as fp32 bits: the quantized operand value (times
-// 2^kShift; a4 without the 1/gs), NaN for a block holding a NaN or an infinity. a16: v * 2^kShift.
+// A block's quantizer, from the block's |v| maximum as fp32 bits and the global scale (a4): its parameters
+// are computed once and each element then takes a few instructions (a kernel lane holds several elements of
+// a block). q(v): the quantized operand value times 2^kShift (a4 without the 1/gs), NaN for a block holding
+// a NaN or an infinity; a16: v * 2^kShift. Selects rather than branches, so that a block's parameters stay
+// shared by its elements.
+//   a8: e4m3(v / 2^X) * 2^(X + kShift), X = a8_block_exponent (v / 2^X is exact: a power of two).
+//   a4: e2m1(v * gs / s) * s * 2^kShift, s = a4_block_scale.
+template <int kPrec, int kShift>
+struct ActBlockQuant {
+  bool bad;        // the block holds a NaN or an infinity
+  float down, up;  // a8: 2^-X and 2^(X + kShift)
+  float gs, s, k;  // a4: the global scale, the block scale and the gs / s estimate
+
+  MOEJIT_AQ_FN ActBlockQuant(unsigned amax_bits, float global)
+      : bad(aq_nonfinite_bits(amax_bits)), down(0.f), up(0.f), gs(global), s(0.f), k(0.f) {
+    const unsigned finite = bad ? 0u : amax_bits;
+    if (kPrec == kActA8) {
+      const int x = a8_block_exponent(finite);  // <= 119 for a finite maximum: 2^-x is normal
+      down = aq_pow2(-x);
+      up = aq_pow2(x + kShift);
+    } else if (kPrec == kActA4) {
+      s = a4_block_scale(finite, gs);
+      k = a4_ratio_factor(gs, s);
+    }
+  }
+  // a4 from a block scale already computed (a4_column_block_scales; NaN for a non-finite block).
+  MOEJIT_AQ_FN static ActBlockQuant from_a4_scale(float scale, float global) {
+    ActBlockQuant q(0u, global);
+    q.bad = scale != scale;
+    q.s = scale;
+    q.k = a4_ratio_factor(global, scale);
+    return q;
+  }
+  MOEJIT_AQ_FN float operator()(float v) const {
+    if (kPrec == kActA16) return v * aq_pow2(kShift);
+    float q;
+    if (kPrec == kActA8) {
+#if defined(__CUDACC__)
+      // The conversion rounds the signed quotient (e4m3 is sign and magnitude, its rounding symmetric) and
+      // saturates at 448 as the grid does: the same value and sign, -0 included.
+      q = aq_e4m3_round_instruction(v * down) * up;
+#else
+      const float r = aq_grid_round<AqE4m3>(aq_float(aq_bits(v) & 0x7FFFFFFFu) * down) * up;  // of |v|
+      q = (aq_bits(v) >> 31) ? -r : r;
+#endif
+    } else {
+      q = a4_value<kShift>(v, gs, s, k);
+    }
+    return bad ? aq_float(0x7FC00000u) : q;
+  }
+};
+
+// One element of a block given the block's |v| maximum as fp32 bits (ActBlockQuant for one element).
 template <int kPrec, int kShift>
 MOEJIT_AQ_FN float act_quant_value(float v, unsigned amax_bits, float gs) {
-  if (kPrec == kActA16) return v * aq_pow2(kShift);
-  if (aq_nonfinite_bits(amax_bits)) return aq_float(0x7FC00000u);
-  if (kPrec == kActA8) return a8_value<kShift>(v, a8_block_exponent(amax_bits));
-  return a4_value<kShift>(v, gs, a4_block_scale(amax_bits, gs));
+  return ActBlockQuant<kPrec, kShift>(amax_bits, gs)(v);
 }
 
 MOEJIT_AQ_NS_END
@@ -353,12 +394,6 @@ MOEJIT_DEVICE void a4_column_block_scales(const unsigned (&local)[kNT][2], float
       scale[nt][c] = __shfl_sync(0xffffffffu, mine[j >> 3], ((j & 7) << 2) | (lane & 3));
     }
 }
-// One a4 element given its block scale (a4_column_block_scales: NaN for a non-finite block).
-template <int kShift>
-MOEJIT_DEVICE float a4_value_or_nan(float v, float gs, float s) {
-  const float q = a4_value<kShift>(v, gs, s);
-  return s != s ? s : q;
-}
 // Whether a warp's columns take a4_column_block_scales: with fewer than 8 columns per lane group the shared
 // work saves less than its shuffles cost.
 template <int kNT>
@@ -385,12 +420,11 @@ MOEJIT_DEVICE void quantize_pieces(u32x2 (&v)[kN], float gs) {
     m = b > m ? b : m;
   }
   if (kPrec != kActA16) m = block_amax_bits<kLaneMask>(m);
+  const ActBlockQuant<kPrec, kShift> q(m, gs);
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
-    v[i].x = pack_bf16x2(act_quant_value<kPrec, kShift>(bf16_lo(v[i].x), m, gs),
-                         act_quant_value<kPrec, kShift>(bf16_hi(v[i].x), m, gs));
-    v[i].y = pack_bf16x2(act_quant_value<kPrec, kShift>(bf16_lo(v[i].y), m, gs),
-                         act_quant_value<kPrec, kShift>(bf16_hi(v[i].y), m, gs));
+    v[i].x = pack_bf16x2(q(bf16_lo(v[i].x)), q(bf16_hi(v[i].x)));
+    v[i].y = pack_bf16x2(q(bf16_lo(v[i].y)), q(bf16_hi(v[i].y)));
   }
 }
 

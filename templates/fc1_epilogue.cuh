@@ -88,6 +88,25 @@ MOEJIT_DEVICE void fc1_store_pass_quantized(const Params& p, const ExpertWork& w
       for (int c = 0; c < 2; ++c) amax[nt][c] = block_amax_bits<0x1C>(amax[nt][c]);
     block_max(amax);
   }
+  // Every slot is quantized (one quantizer per block and lane; a slot without a value holds 0), then the
+  // slots with values are stored.
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      using Quant = ActBlockQuant<kActPrecision, 64>;
+      const Quant q = [&] {
+        if constexpr (kA4SharedScales<kNT>)
+          return Quant::from_a4_scale(scale[nt][c], out_gs);
+        else
+          return Quant(amax[nt][c], out_gs);
+      }();
+#pragma unroll
+      for (int j = 0; j < kSub; ++j) {
+        a[j][nt][c] = q(a[j][nt][c]);
+        a[j][nt][c + 2] = q(a[j][nt][c + 2]);
+      }
+    }
 #pragma unroll
   for (int j = 0; j < kSub; ++j)
 #pragma unroll
@@ -98,8 +117,6 @@ MOEJIT_DEVICE void fc1_store_pass_quantized(const Params& p, const ExpertWork& w
         if (!((sub_valid >> j) & 1u) || !(nt < live && t >= 0 && t < work.count)) continue;
         const int r = g + (i >> 1) * 8;
         const int at = (slab0 + j) * 16 + (kMmaOrder ? mma_k_position(r) : r);
-        const float q = kA4SharedScales<kNT> ? a4_value_or_nan<64>(a[j][nt][i], out_gs, scale[nt][i & 1])
-                                             : act_quant_value<kActPrecision, 64>(a[j][nt][i], amax[nt][i & 1], out_gs);
-        p.act[(size_t)work.pairs[t] * kI + at] = f32_to_bf16(q);
+        p.act[(size_t)work.pairs[t] * kI + at] = f32_to_bf16(a[j][nt][i]);
       }
 }

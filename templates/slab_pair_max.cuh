@@ -142,7 +142,11 @@ MOEJIT_DEVICE void quantize_slab_columns(float (&v)[kNT * 4], float gs, BlockMax
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) v[nt * 4 + i] = a4_value_or_nan<64>(v[nt * 4 + i], gs, scale[nt][i & 1]);
+      for (int c = 0; c < 2; ++c) {
+        const auto q = ActBlockQuant<kActA4, 64>::from_a4_scale(scale[nt][c], gs);
+        v[nt * 4 + c] = q(v[nt * 4 + c]);
+        v[nt * 4 + 2 + c] = q(v[nt * 4 + 2 + c]);
+      }
     return;
   }
 #pragma unroll
@@ -153,5 +157,9 @@ MOEJIT_DEVICE void quantize_slab_columns(float (&v)[kNT * 4], float gs, BlockMax
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) v[nt * 4 + i] = act_quant_value<kActPrecision, 64>(v[nt * 4 + i], amax[nt][i & 1], gs);
+    for (int c = 0; c < 2; ++c) {
+      const ActBlockQuant<kActPrecision, 64> q(amax[nt][c], gs);
+      v[nt * 4 + c] = q(v[nt * 4 + c]);
+      v[nt * 4 + 2 + c] = q(v[nt * 4 + 2 + c]);
+    }
 }

@@ -189,3 +189,85 @@ TEST_CASE("the kernels' a8/a4 quantization gives the host's bits on the GPU", "[
     CHECK(mismatches(probe, c) == 0);
   }
 }
+
+namespace {
+
+// The FC1 epilogues' a4 quantization of a warp's accumulator columns (slab_pair_max.cuh
+// quantize_slab_columns: with 4 or more n-tiles one block scale per lane, traded by shuffles; below, every
+// lane computes its own), against the host's per-element quantization of each 16-row column block.
+const char* kColumnsSource = R"(
+#define MOEJIT_ACT_PRECISION 2
+#define MOEJIT_ACT_EXPERTS 1
+#include "slab_pair_max.cuh"
+template <int kNT>
+__device__ void columns(const float* in, float* out, float gs) {
+  const int lane = threadIdx.x, g = lane >> 2, c4 = lane & 3;
+  float v[kNT * 4];
+  for (int nt = 0; nt < kNT; ++nt)
+    for (int i = 0; i < 4; ++i) v[nt * 4 + i] = in[(nt * 8 + 2 * c4 + (i & 1)) * 16 + g + 8 * (i >> 1)];
+  quantize_slab_columns<kNT>(v, gs, SingleWarpBlock{});
+  for (int nt = 0; nt < kNT; ++nt)
+    for (int i = 0; i < 4; ++i) out[(nt * 8 + 2 * c4 + (i & 1)) * 16 + g + 8 * (i >> 1)] = v[nt * 4 + i];
+}
+extern "C" __global__ void columns16(const float* in, float* out, float gs) { columns<16>(in, out, gs); }
+extern "C" __global__ void columns4(const float* in, float* out, float gs) { columns<4>(in, out, gs); }
+extern "C" __global__ void columns2(const float* in, float* out, float gs) { columns<2>(in, out, gs); }
+)";
+
+struct ColumnsParams {
+  uint64_t in, out;
+  float gs;
+};
+
+// Columns of 16 values whose device quantization differs from the host's (bits; NaN for NaN).
+int64_t column_mismatches(const char* entry, int cols, const std::vector<float>& in, float gs, Arch arch) {
+  const StandaloneKernel k(GeneratedSource{std::string(entry) + ".cu", entry, kColumnsSource}, arch);
+  DeviceBuffer din = DeviceBuffer::from(in);
+  DeviceBuffer dout(in.size() * sizeof(float));
+  dout.fill_bytes(0xFF);
+  ColumnsParams p{din.ptr(), dout.ptr(), gs};
+  launch(k.function(), LaunchShape{1, 1, 1, 32, 0}, nullptr, &p);
+  check(driver().cuCtxSynchronize(), "cuCtxSynchronize");
+  const auto got = dout.to_vector<float>(in.size());
+  int64_t bad = 0;
+  for (int c = 0; c < cols; ++c) {
+    uint32_t amax = 0;
+    for (int r = 0; r < 16; ++r) {
+      uint32_t b;
+      std::memcpy(&b, &in[c * 16 + r], 4);
+      amax = std::max(amax, b & 0x7FFFFFFFu);
+    }
+    for (int r = 0; r < 16; ++r) {
+      const float want = act_quant::act_quant_value<act_quant::kActA4, 64>(in[c * 16 + r], amax, gs);
+      if (same_bits(want, got[c * 16 + r])) continue;
+      if (bad < 8) UNSCOPED_INFO(entry << " column " << c << " row " << r << ": device " << got[c * 16 + r] << " host " << want);
+      ++bad;
+    }
+  }
+  return bad;
+}
+
+}  // namespace
+
+TEST_CASE("the FC1 epilogues' a4 column quantization gives the host's bits on the GPU", "[gpu][precision][actquant]") {
+  Runtime rt;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::uniform_real_distribution<float> spread(-20.f, 20.f);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<float> in(128 * 16);
+    for (int c = 0; c < 128; ++c) {
+      const float scale = std::exp2(spread(rng));
+      for (int r = 0; r < 16; ++r) in[c * 16 + r] = nd(rng) * scale;
+    }
+    // Blocks that must not shrink to one scale per lane's neighbours: zeros, a NaN, an infinity, exact ties.
+    for (int r = 0; r < 16; ++r) in[3 * 16 + r] = 0.f;
+    in[17 * 16 + 5] = NAN;
+    in[40 * 16 + 9] = -INFINITY;
+    for (int r = 0; r < 16; ++r) in[77 * 16 + r] = (r % 8) * 0.75f - 2.f;  // amax 3.25: midpoints under gs 1
+    const float gs = trial % 2 ? 1.f : std::exp2(spread(rng) / 4);
+    CHECK(column_mismatches("columns16", 128, in, gs, rt.arch()) == 0);
+    CHECK(column_mismatches("columns4", 32, in, gs, rt.arch()) == 0);
+    CHECK(column_mismatches("columns2", 16, in, gs, rt.arch()) == 0);
+  }
+}
