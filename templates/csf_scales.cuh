@@ -203,9 +203,10 @@ MOEJIT_DEVICE u8* csf_stage_area() {
 #endif
 }
 
-// The side arrays of a plane read as CSF (base bytes, exception lists): the batch and prefill kernels'
-// parameter structs hold them as s_base and s_exc only where the key reads the plane as CSF (the plain
-// kernels' parameters, and so their code, stay as they were); these macros read them where they exist.
+// The side arrays of a plane read as CSF (base bytes, exception lists and their heads): the batch and
+// prefill kernels' parameter structs hold them as s_base, s_exc, s_head and s_head_words only where the key
+// reads the plane as CSF (the plain kernels' parameters, and so their code, stay as they were); these macros
+// read them where they exist.
 struct CsfPlaneArrays {
   const u8* base;
   const u32* exc;

@@ -7,8 +7,10 @@
 // the MMA scaling of fp4_decode.cuh), and every warp decodes its slab's FP4 words once and multiplies them
 // against all kNT column tiles, so one decode serves kTile tokens instead of 8. Activations, weights and
 // scales stream through a ring of shared-memory stages by cp.async, `depth` chunks ahead of the one
-// computed; the CTAs that share a slab group run next to each other in the grid (their tiles are
-// consecutive), so the weights come from the L2 after the first of them.
+// computed (CSF scales: each warp rebuilds its slabs' plain scale bytes into the stage instead, a step
+// before the chunk is computed; csf_scales.cuh CsfChunkStage); the CTAs that share a slab group run next to
+// each other in the grid (their tiles are consecutive), so the weights come from the L2 after the first of
+// them.
 //
 // Tile assignment is fixed at launch: the grid has one CTA per (token tile, row group) of an upper bound
 // on the tile count (pairs / kTile + active experts), and each CTA finds its (slot, tile) in the route

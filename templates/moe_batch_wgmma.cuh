@@ -14,7 +14,9 @@
 //
 // Pipeline per 64-wide K chunk c (kStages stages of shared memory: one being multiplied, one being
 // decoded, kStages - 2 being copied): every thread waits for its copies of chunk c and fences them to the
-// async proxy, a barrier, the copies of chunk c + kStages - 2 go out into the stage of chunk c - 2; then
+// async proxy (CSF scales: each warp stores the plain scale bytes of chunk c + kStages - 3, loaded at the
+// previous step, into its stage), a barrier, the copies of chunk c + kStages - 2 go out into the stage of
+// chunk c - 2; then
 // per k16 step the warp waits for the MMAs of two steps back, decodes and scales its A fragments into
 // the register slot they used, and issues that step's kMats wgmmas as one group. So each warp's decode
 // overlaps its own previous step's MMAs.

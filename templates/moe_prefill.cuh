@@ -17,7 +17,8 @@
 // The FC kernels: one CTA per SM walks work units (tile, row group) in turn (unit = CTA id + i * grid).
 // Warpgroup kWarps / 4 is the producer: its first warp moves each chunk's B block (one bulk copy), kWarps
 // slabs of prepared weights and their scales (cp.async pieces) into a ring of kStages shared-memory
-// stages, all completing on the stage's "full" mbarrier; warps 0..kWarps-1 (kWarps / 4 consumer warpgroups) decode their slab's FP4 into the A
+// stages, all completing on the stage's "full" mbarrier (CSF scales: its next one or two warps rebuild the
+// plain scale bytes into the stage instead, prefill_rebuild_scales); warps 0..kWarps-1 (kWarps / 4 consumer warpgroups) decode their slab's FP4 into the A
 // registers of m64nNk16 wgmmas against the stage's B, and release the stage on its "empty" mbarrier once
 // the MMAs that read it are done. No CTA-wide barrier in the loop: the producer runs ahead across units
 // (so the next unit's copies overlap this unit's epilogue) while the consumers compute.
