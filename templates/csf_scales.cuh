@@ -1,9 +1,8 @@
 // Block scales rebuilt from a prepared CSF plane (docs/CSF.md §8): the kernels read 4-bit (NVFP4) or
 // 1-bit (MXFP4) offsets per scale instead of whole scale bytes, plus one base byte per row and slab and,
-// only for the rows that have them, exception records. Every kernel reads the plain bytes from shared
-// memory, rebuilt off its MMA chain: the decode kernels a slab's once, when a warp starts the slab
-// (CsfStage); the batch kernels each chunk's into its stage, a step ahead of the chunk (CsfChunkStage); the
-// prefill kernels' producer warpgroup each stage's (moe_prefill.cuh prefill_rebuild_scales).
+// only for the rows that have them, exception records. The decode kernels rebuild a slab's plain bytes
+// into shared memory once, when a warp starts the slab (CsfStage); the batch and prefill kernels rebuild
+// each chunk's in registers (CsfWarpReader).
 //
 // Prepared CSF plane of a matrix with S slabs, `chunks` 64-wide K chunks and `mats` matrices per chunk
 // (written on the host by prepare, reference/csf_prepared.cpp):
@@ -20,10 +19,9 @@
 //           chunk << 16 | m << 14 | g << 11 | i << 8 | byte (m: the matrix, or the slab's parity; i: the
 //           plain byte index above) are the scales whose byte is not base + offset, sorted by chunk, and
 //           each list ends with the sentinel 0xFFFF0000. Most lists are just the sentinel. 32 sentinels
-//           follow the last list. Fewer than 2^31 words in all (a list start keeps an m bit in bit 31).
+//           follow the last list. Fewer than 2^31 words in all (a cursor keeps an m bit in bit 31).
 //   head    [lists][32, 64 or 128] u32: each list's first words (records, sentinel, then sentinels),
-//           whose address needs no load of the list's start (the decode kernels' records, the batch and
-//           prefill kernels' first records of a list). The fewest
+//           whose address needs no load of the list's start: the decode kernels' records. The fewest
 //           words that hold the plane's longest list, at most 128 (the kernel parameter s_head_words).
 // The reconstruction is exact: every scale byte the plain plane holds (padding blocks included, which
 // hold 0) comes back bit for bit, so the MMA results and everything after them are unchanged.
@@ -52,6 +50,87 @@ struct CsfGeometry {
 inline constexpr u32 kCsfSentinel = 0xFFFF0000u;
 // The longest head a plane has (include/moejit/csf_prepared.hpp kPreparedCsfHeadMost).
 inline constexpr int kCsfHeadMostWords = 128;
+
+// One slab's CSF side arrays as CsfReader walks them: base bytes of its first matrix (matrix m at + 16 m:
+// FC1's up rows, or the second slab of a pair), the exception array (the kernel parameter, which the
+// compiler can reload rather than keep), and the index of the list's first record with, in bit 31, the m
+// bit of the slab's records (one slab of a one-matrix plane: the slab's parity; else 0).
+struct CsfSlab {
+  const u8* base;
+  const u32* exc;
+  u32 start;
+};
+
+// Per-warp reading state of one slab, three registers beside the ring (it lives through the chunk
+// loop of kernels at their register caps): the base bytes, a cursor into the slab's list, and how many
+// chunks remain until the chunk of the record it points at (uniform over the warp: every lane walks the
+// same list and the same chunks). kStride: chunks between a warp's consecutive chunks (its K parts).
+// CsfWarpReader's building block.
+template <bool kNvfp4, int kMats, int kStride>
+struct CsfReader {
+  static_assert(kMats == 1 || kMats == 2, "one or two matrices");
+  u32 bases;   // kMats 1: the base pattern; 2: rows (g, g + 8) of matrix 0 | of matrix 1 << 16
+  u32 cursor;  // the next record not yet passed (an index into exc), and CsfSlab::start's bit 31
+  int gap;     // its chunk minus the chunk of the warp's next step
+
+  // second (kMats 2): the second matrix exists; a one-matrix plane's slab pair whose second slab lies past
+  // the plane (an odd slab count) has no base bytes there, and its rows are dropped by the caller.
+  MOEJIT_DEVICE void begin(const CsfSlab& s, int g, int first_chunk, bool second = true) {
+    const u32 pair0 = *reinterpret_cast<const u16*>(s.base + 2 * g);  // rows g, g + 8
+    const u32 pair1 = kMats == 2 && second ? (u32)*reinterpret_cast<const u16*>(s.base + 16 + 2 * g) : pair0;
+    bases = kMats == 2 ? pair0 | pair1 << 16 : pair0 * 0x00010001u;
+    cursor = s.start;
+    gap = (int)(__ldg(s.exc + (cursor & 0x7FFFFFFFu)) >> 16) - first_chunk;
+  }
+
+  // The lane's plain scale bytes (the u32x2 of fp4_decode.cuh block_scales) of each matrix for the
+  // warp's next chunk, from its offsets words; then steps to the warp's following chunk.
+  MOEJIT_DEVICE void scales(const u32 (&word)[kMats], u32x2 (&s)[kMats], const u32* exc) {
+#pragma unroll
+    for (int m = 0; m < kMats; ++m) {
+      u32 pattern = bases;
+      if (kMats == 2) asm("prmt.b32 %0, %1, 0, %2;" : "=r"(pattern) : "r"(bases), "r"(m == 0 ? 0x1010u : 0x3232u));
+      if (kNvfp4) {
+        s[m].x = (word[m] & 0x0F0F0F0Fu) + pattern;  // no carries: base + offset <= 255 for every byte kept
+        s[m].y = ((word[m] >> 4) & 0x0F0F0F0Fu) + pattern;
+      } else {
+        const u32 bits = (word[m] >> (lane_id() & 0x1Cu)) & 0xFu;  // nibble g = lane / 4
+        s[m].x = ((bits * 0x00204081u) & 0x01010101u) + pattern;  // bit i -> bit 8i
+        s[m].y = 0u;
+      }
+    }
+    // Only a list with a record at or before this chunk enters (a warp-uniform branch); records of
+    // earlier chunks belong to other warps' K parts and are passed over.
+    if (gap <= 0) patch(s, exc);
+    gap -= kStride;
+  }
+
+  MOEJIT_DEVICE void patch(u32x2 (&s)[kMats], const u32* exc) {
+    // The records this lane applies: its row group g = lane / 4 and, with one matrix, its slab's m bit.
+    const u32 g = lane_id() >> 2, who = kMats == 2 ? g : g | (cursor >> 31) << 3;
+    u32 r = __ldg(exc + (cursor & 0x7FFFFFFFu));
+    const u32 c = (r >> 16) - (u32)gap;
+    while ((r >> 16) <= c) {
+      const u32 key = (r >> 11) & 0xFu;
+      if ((r >> 16) == c && (kMats == 2 ? (key & 7u) == who : key == who)) {
+        const u32 i = (r >> 8) & 7u, shift = 8u * (i & 3u), keep = ~(0xFFu << shift), byte = (r & 0xFFu) << shift;
+        // Masks rather than branches per matrix and word: in the batch and prefill consumers a branch on the
+        // record's matrix or byte index became an indexed local-memory access to the scale words.
+        const u32 in_x = i < 4 ? ~0u : 0u;
+#pragma unroll
+        for (int m = 0; m < kMats; ++m) {
+          const u32 in_m = kMats == 1 || (key >> 3) == (u32)m ? ~0u : 0u;
+          const u32 mx = in_m & in_x & ~keep, my = in_m & ~in_x & ~keep;
+          s[m].x = (s[m].x & ~mx) | (byte & mx);
+          s[m].y = (s[m].y & ~my) | (byte & my);
+        }
+      }
+      ++cursor;
+      r = __ldg(exc + (cursor & 0x7FFFFFFFu));
+    }
+    gap = (int)((r >> 16) - c);
+  }
+};
 
 // One slab's CSF side arrays as a decode warp's CsfStage reads them: base bytes of its first matrix
 // (matrix m at + 16 m: FC1's up rows, or FC2-sum's second slab of a pair), its list's head (head_words
@@ -203,151 +282,81 @@ MOEJIT_DEVICE u8* csf_stage_area() {
 #endif
 }
 
-// The side arrays of a plane read as CSF (base bytes, exception lists and their heads): the batch and
-// prefill kernels' parameter structs hold them as s_base, s_exc, s_head and s_head_words only where the key
-// reads the plane as CSF (the plain kernels' parameters, and so their code, stay as they were); these macros
-// read them where they exist.
+// The side arrays of a plane read as CSF (base bytes, exception lists): the batch and prefill kernels'
+// parameter structs hold them as s_base and s_exc only where the key reads the plane as CSF (the plain
+// kernels' parameters, and so their code, stay as they were); these macros read them where they exist.
 struct CsfPlaneArrays {
   const u8* base;
   const u32* exc;
-  const u32* head;  // the lists' heads (their first 32 words are read), head_words apart
-  int head_words;
 };
 #if MOEJIT_CSF_FC1
-#define MOEJIT_FC1_CSF_ARRAYS(p) CsfPlaneArrays{(p).s_base, (p).s_exc, (p).s_head, (p).s_head_words}
+#define MOEJIT_FC1_CSF_ARRAYS(p) CsfPlaneArrays{(p).s_base, (p).s_exc}
 #else
-#define MOEJIT_FC1_CSF_ARRAYS(p) CsfPlaneArrays{nullptr, nullptr, nullptr, 0}
+#define MOEJIT_FC1_CSF_ARRAYS(p) CsfPlaneArrays{nullptr, nullptr}
 #endif
 #if MOEJIT_CSF_FC2
-#define MOEJIT_FC2_CSF_ARRAYS(p) CsfPlaneArrays{(p).s_base, (p).s_exc, (p).s_head, (p).s_head_words}
+#define MOEJIT_FC2_CSF_ARRAYS(p) CsfPlaneArrays{(p).s_base, (p).s_exc}
 #else
-#define MOEJIT_FC2_CSF_ARRAYS(p) CsfPlaneArrays{nullptr, nullptr, nullptr, 0}
+#define MOEJIT_FC2_CSF_ARRAYS(p) CsfPlaneArrays{nullptr, nullptr}
 #endif
 
-// The batch kernels' CSF reads (moe_batch.cuh, moe_batch_wgmma.cuh): a warp that holds kSlabs adjacent 16-row
-// slabs of a plane of kMats matrices (operand a = slab a / kMats, matrix a % kMats) rebuilds the plain scale
-// bytes of each of its chunks into the chunk's stage, at the places where the plain kernels' cp.async puts
-// them ([operand][8 row groups][8 or 4 bytes], the warp's own area), so the consumer step is the plain
-// kernels' own. The per-chunk rebuild in registers it replaces (a reconstruction per operand and a walk of
-// the chunk's records with a dependent load per record, on every lane) lay on each warp's MMA chain: +23-29 %
-// instructions and time at gpt-oss-120b M = 256 (docs/perf-log.md v42). Here the rebuild is split in two
-// halves a step apart, off that chain:
-//   load (with the chunk's copies): lane q's offsets word(s) of the chunk, into registers the caller keeps;
-//   store (a step later, before the barrier after which the chunk's stage is read): plain word q of the
-//     chunk's area (a mask, or a multiply and a mask, and an add of the row pair's base pattern, as
-//     CsfStage::rebuild), then the records: lane i of the warp holds word i of its list from the cursor on
-//     (the window, loaded a step ahead), one ballot finds the chunk's records (a prefix of the window, the
-//     list being sorted by chunk: most chunks have none), and their lanes store their bytes after a
-//     __syncwarp. The cursor passes them and the window is reloaded from there, to be used a step later;
-//     only a chunk with 32 records or more waits for a reload.
-// A list's first window comes from its head (no load of its start on the path); later ones from exc. One
-// list per FC1 slab (both matrices); a one-matrix plane's two slabs per warp (the first even) walk their
-// pair's list, the m bit naming the operand; a single slab of a one-matrix plane walks its pair's list and
-// stores only its parity's records. Slabs not in `valid` (past the plane) are neither loaded nor stored:
-// their rows are dropped, as the plain kernels leave their scale bytes uncopied.
-// Per lane: a base pattern and a pending offsets word per plain word it builds (kPerLane: NVFP4 one per
-// operand pair, MXFP4 one for up to four operands), and the window, cursor and start of each list.
-template <bool kNvfp4, int kMats, int kSlabs, int kChunks>
-struct CsfChunkStage {
-  using CG = CsfGeometry<kNvfp4>;
-  static_assert(kMats == 1 || kMats == 2, "one or two matrices");
-  static_assert(kSlabs == 1 || kSlabs == 2, "one or two slabs per warp");
-  static constexpr int kA = kMats * kSlabs;
-  static constexpr int kWordsPerA = CG::kPlainBytesPerChunk / 4;  // plain words per operand and chunk
-  static constexpr int kWords = kA * kWordsPerA;
-  static constexpr int kPerLane = (kWords + 31) / 32;
-  static constexpr int kLists = kMats == 2 ? kSlabs : 1;
-  static constexpr bool kParity = kMats == 1 && kSlabs == 1;  // the list's other slab's records pass by
+// The CSF reading state of a warp that holds kPerWarp adjacent 16-row slabs of a plane of kMats matrices
+// (the batch and prefill families, whose stages order a warp's A operands slab-major: operand a = slab j x
+// kMats + matrix m). FC1's slabs each walk their own list (both matrices); a one-matrix plane's two slabs
+// (kPerWarp 2, the first slab even) walk their pair's list as the two matrices of one reader, a single
+// slab its pair's list with its parity bit. Slabs at or past the plane's `slabs` (a last, partial row
+// group) read one that exists: the caller drops their rows.
+template <bool kNvfp4, int kMats, int kPerWarp, int kStride>
+struct CsfWarpReader {
+  static_assert(kPerWarp == 1 || kPerWarp == 2, "one or two slabs per warp");
+  static constexpr int kA = kMats * kPerWarp;
+  static constexpr int kReaders = kMats == 2 ? kPerWarp : 1;
+  static constexpr int kReaderMats = kA / kReaders;
+  static constexpr bool kReads = true;
+  CsfReader<kNvfp4, kReaderMats, kStride> reader[kReaders];
 
-  u32 pattern[kPerLane];  // the row pair's base bytes repeated, of each plain word the lane builds
-  u32 window[kLists];     // word `cursor + lane` of the list
-  u32 cursor[kLists];     // the list's first record not yet passed (from its start)
-  u32 start[kLists];      // the list's start in exc; bit 31: the slab's parity (kParity)
-
-  // Plain word q = lane + 32 k of a chunk: operand q / kWordsPerA, word w = q % kWordsPerA of it (NVFP4 row
-  // group w / 2, half w % 2; MXFP4 row group w), at byte 4 q of the area.
-  MOEJIT_DEVICE static bool live(int k, u32 valid) {
-    const int q = (int)lane_id() + 32 * k;
-    return (kWords % 32 == 0 || q < kWords) && (kSlabs == 1 || ((valid >> (q / kWordsPerA / kMats)) & 1u));
-  }
-
-  // e: the expert; slab0: the warp's first slab; slabs: the plane's slabs per matrix; valid: bit j when slab
-  // slab0 + j exists. Issues the loads (base bytes, list starts, first windows); nothing waits for them here.
-  MOEJIT_DEVICE void begin(const CsfPlaneArrays& a, int e, int slab0, int slabs, u32 valid) {
-    const int lane = lane_id();
+  // e: the expert; slab0: the warp's first slab; slabs: the plane's slabs per matrix; g: the lane's row group.
+  MOEJIT_DEVICE void begin(const CsfPlaneArrays& a, int e, int slab0, int slabs, int g, int first_chunk) {
 #pragma unroll
-    for (int k = 0; k < kPerLane; ++k) {
-      const int q = lane + 32 * k, op = q / kWordsPerA, w = q % kWordsPerA, g = kNvfp4 ? w >> 1 : w;
-      const size_t row = ((size_t)e * slabs + slab0 + op / kMats) * kMats + op % kMats;
-      pattern[k] = live(k, valid) ? (u32)__ldg(reinterpret_cast<const unsigned short*>(a.base + row * 16) + g) * 0x00010001u
-                                  : 0u;
-    }
-#pragma unroll
-    for (int j = 0; j < kLists; ++j) {
-      const int slab = slab0 + j;
-      const size_t list = kMats == 2 ? (size_t)e * slabs + slab : (size_t)e * ((slabs + 1) / 2) + slab / 2;
-      const bool on = (valid >> j) & 1u;
-      start[j] = on ? __ldg(a.exc + list) | (kParity ? (u32)(slab & 1) << 31 : 0u) : 0u;
-      window[j] = on ? __ldg(a.head + list * a.head_words + lane) : kCsfSentinel;
-      cursor[j] = 0u;
+    for (int j = 0; j < kReaders; ++j) {
+      int slab = slab0 + j;
+      if (slab >= slabs) slab = slab0 < slabs ? slab0 : 0;
+      const size_t index = (size_t)e * slabs + slab;
+      const size_t list = kMats == 2 ? index : (size_t)e * ((slabs + 1) / 2) + slab / 2;
+      const u32 parity = kReaderMats == 1 ? (u32)(slab & 1) << 31 : 0u;
+      reader[j].begin(CsfSlab{a.base + index * kMats * 16, a.exc, __ldg(a.exc + list) | parity}, g, first_chunk,
+                      kMats == 2 || slab + 1 < slabs);
     }
   }
 
-  // The lane's offsets words of `chunk` (s: the warp's first slab's offsets, chunk 0, matrix 0).
-  MOEJIT_DEVICE static void load(const u8* s, int chunk, u32 valid, u32 (&word)[kPerLane]) {
-    const int lane = lane_id();
-#pragma unroll
-    for (int k = 0; k < kPerLane; ++k) {
-      const int q = lane + 32 * k, op = q / kWordsPerA, w = q % kWordsPerA;
-      const u8* p = s + ((size_t)((op / kMats) * kChunks + chunk) * kMats + op % kMats) * CG::kBytesPerChunk +
-                    (kNvfp4 ? 4 * (w >> 1) : 0);
-      word[k] = live(k, valid) ? ld_stream_4(p) : 0u;
-    }
-  }
+  // Where the lane's offsets word of operand a lies in a stage's offsets (operand a's bytes at a x
+  // kBytesPerChunk, the lane's row group's word in them).
+  MOEJIT_DEVICE static int lane_offset(int g) { return g * CsfGeometry<kNvfp4>::kLaneStride; }
 
-  // Stores the plain bytes of `chunk` into its area (the warp's scale bytes in the chunk's stage) from the
-  // words load() gave, then the chunk's records; reloads the windows that moved.
-  MOEJIT_DEVICE void store(u8* area, int chunk, u32 valid, const u32 (&word)[kPerLane], const u32* exc) {
-    const int lane = lane_id();
+  // The lane's plain scale bytes of every operand for the warp's next chunk, from its offsets words.
+  MOEJIT_DEVICE void scales(const u32 (&word)[kA], u32x2 (&s)[kA], const u32* exc) {
 #pragma unroll
-    for (int k = 0; k < kPerLane; ++k) {
-      const int q = lane + 32 * k, w = q % kWordsPerA;
-      const u32 v = kNvfp4 ? ((word[k] >> (4 * (w & 1))) & 0x0F0F0F0Fu) + pattern[k]  // no carries: base + offset <= 255
-                           : ((((word[k] >> (4 * w)) & 0xFu) * 0x00204081u) & 0x01010101u) + pattern[k];  // bit i -> 8i
-      if (live(k, valid)) reinterpret_cast<u32*>(area)[q] = v;
-    }
+    for (int j = 0; j < kReaders; ++j) {
+      u32 w[kReaderMats];
+      u32x2 r[kReaderMats];
 #pragma unroll
-    for (int j = 0; j < kLists; ++j) {
-      if (!((valid >> j) & 1u)) continue;
-      for (;;) {
-        const u32 r = window[j];
-        const u32 here = __ballot_sync(0xffffffffu, (r >> 16) == (u32)chunk);
-        if (here == 0u) break;  // the common case: no record in this chunk
-        const int n = here == 0xffffffffu ? 32 : __ffs(~here) - 1;  // the chunk's records: lanes 0 .. n - 1
-        __syncwarp();  // the words before the records' bytes replace theirs
-        const u32 m = (r >> 14) & 1u;
-        if (lane < n && (!kParity || m == start[j] >> 31)) {
-          const u32 op = kMats == 2 ? 2u * j + m : kSlabs == 2 ? m : 0u;
-          area[op * CG::kPlainBytesPerChunk + ((r >> 11) & 7u) * CG::kPlainBytesPerLane + ((r >> 8) & 7u)] = (u8)r;
-        }
-        cursor[j] += (u32)n;
-        // exc ends with 32 sentinels: no window reads past it.
-        window[j] = __ldg(exc + (start[j] & 0x7FFFFFFFu) + cursor[j] + lane);
-        if (n < 32) break;
-      }
+      for (int m = 0; m < kReaderMats; ++m) w[m] = word[j * kReaderMats + m];
+      reader[j].scales(w, r, exc);
+#pragma unroll
+      for (int m = 0; m < kReaderMats; ++m) s[j * kReaderMats + m] = r[m];
     }
   }
 };
 
-// Stands in for a CsfChunkStage in kernels that read plain scales (no state, no code).
-struct CsfNoStage {
-  static constexpr int kPerLane = 1;
+// Stands in for a CsfWarpReader in kernels that read plain scales (no state, no code).
+struct CsfNoReader {
+  static constexpr bool kReads = false;
 };
-template <bool kCsf, bool kNvfp4, int kMats, int kSlabs, int kChunks>
-struct CsfChunkStageOf {
-  using Type = CsfNoStage;
+template <bool kCsf, bool kNvfp4, int kMats, int kPerWarp, int kStride>
+struct CsfWarpReaderOf {
+  using Type = CsfNoReader;
 };
-template <bool kNvfp4, int kMats, int kSlabs, int kChunks>
-struct CsfChunkStageOf<true, kNvfp4, kMats, kSlabs, kChunks> {
-  using Type = CsfChunkStage<kNvfp4, kMats, kSlabs, kChunks>;
+template <bool kNvfp4, int kMats, int kPerWarp, int kStride>
+struct CsfWarpReaderOf<true, kNvfp4, kMats, kPerWarp, kStride> {
+  using Type = CsfWarpReader<kNvfp4, kMats, kPerWarp, kStride>;
 };

@@ -7,10 +7,8 @@
 // the MMA scaling of fp4_decode.cuh), and every warp decodes its slab's FP4 words once and multiplies them
 // against all kNT column tiles, so one decode serves kTile tokens instead of 8. Activations, weights and
 // scales stream through a ring of shared-memory stages by cp.async, `depth` chunks ahead of the one
-// computed (CSF scales: each warp rebuilds its slabs' plain scale bytes into the stage instead, a step
-// before the chunk is computed; csf_scales.cuh CsfChunkStage); the CTAs that share a slab group run next to
-// each other in the grid (their tiles are consecutive), so the weights come from the L2 after the first of
-// them.
+// computed; the CTAs that share a slab group run next to each other in the grid (their tiles are
+// consecutive), so the weights come from the L2 after the first of them.
 //
 // Tile assignment is fixed at launch: the grid has one CTA per (token tile, row group) of an upper bound
 // on the tile count (pairs / kTile + active experts), and each CTA finds its (slot, tile) in the route
@@ -107,9 +105,9 @@ struct BatchStage {
 // The key's precision a8/a4 (kActPrecision) with kRawB: the rows are the pairs' rows of the quantized
 // layer input (the act_quant pre-pass, moe_act_quant.cuh), read as the a16 kernels read x.
 //
-// kCsf: s is the warp's first slab's CSF offsets (csf_scales.cuh), and csf_arrays holds the base bytes and
-// lists (expert e, first slab `slab` of the plane's plane_slabs): the warp rebuilds each chunk's plain scale
-// bytes into the stage where the plain kernels copy them (CsfChunkStage), and the step is the plain one.
+// kCsf: s is the warp's first slab's CSF offsets (csf_scales.cuh), copied into the stages in place of the
+// scale bytes; the warp rebuilds its scale bytes per chunk from them, the base bytes and lists of csf_arrays
+// (expert e, first slab `slab` of the plane's plane_slabs).
 template <bool kNvfp4, int kK, int kMats, int kSlabs, int kWarps, int kNT, int kStages, bool kRawB, typename RowOf,
           bool kCsf = false>
 MOEJIT_DEVICE void batch_slab_mma(const u32x4* w, const u8* s, u32 valid, int live_tiles, RowOf row_of, u8* smem,
@@ -149,7 +147,11 @@ MOEJIT_DEVICE void batch_slab_mma(const u32x4* w, const u8* s, u32 valid, int li
         cp_async_16(base + Stage::kActBytes + (((warp * kSlabs + j) * kMats + m) * 32 + lane) * 16,
                     w + j * kSlabW + (chunk * kMats + m) * 32, 16);
       if constexpr (kCsf) {
-        // The warp rebuilds the chunk's scale bytes into the stage instead (csf below).
+        using SS = StageScales<kNvfp4, kMats, true>;
+        if (lane < SS::kPieces)
+          cp_async_piece<SS::kPieceBytes>(
+              base + Stage::kActBytes + Stage::kWeightBytes + (warp * kSlabs + j) * SS::kSlabBytes + lane * SS::kPieceBytes,
+              s + (j * kChunks + chunk) * SS::kSlabBytes + lane * SS::kPieceBytes);
       } else if (lane < kScalePieces) {
         cp_async_16(base + Stage::kActBytes + Stage::kWeightBytes + (warp * kSlabs + j) * kMats * Stage::kScaleChunk +
                         lane * 16,
@@ -158,53 +160,22 @@ MOEJIT_DEVICE void batch_slab_mma(const u32x4* w, const u8* s, u32 valid, int li
     }
   };
 
-  // CSF: the warp's rebuild of its slabs' plain scale bytes into the stages (csf_scales.cuh CsfChunkStage):
-  // chunk c's offsets are loaded with its copies (csf_next), at step c - kStages + 1, and its bytes stored a
-  // step later, before the barrier after which the stage is read (step c - kStages + 2 <= c). The base bytes,
-  // list starts and first windows load while the first chunks' offsets and copies do; the prologue's chunks
-  // but the last are stored before the loop, the last at step 0.
-  using CsfStageT = typename CsfChunkStageOf<kCsf, kNvfp4, kMats, kSlabs, kChunks>::Type;
-  CsfStageT csf;
-  u32 csf_next[CsfStageT::kPerLane];
-  u32 csf_first[kCsf ? kStages - 1 : 1][CsfStageT::kPerLane];
-  auto csf_area = [&](int stage) {
-    return smem + stage * Stage::kBytes + Stage::kActBytes + Stage::kWeightBytes + warp * kAll * Stage::kScaleChunk;
-  };
-  if constexpr (kCsf)
-    if (valid) csf.begin(csf_arrays, e, slab, plane_slabs, valid);
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
-    if (st < kChunks) {
-      issue(st, st);
-      if constexpr (kCsf)
-        if (valid) CsfStageT::load(s, st, valid, csf_first[st]);
-    }
+    if (st < kChunks) issue(st, st);
     cp_async_commit();
   }
-  if constexpr (kCsf) {
-    if (valid) {
-#pragma unroll
-      for (int st = 0; st < kStages - 2; ++st)
-        if (st < kChunks) csf.store(csf_area(st), st, valid, csf_first[st], csf_arrays.exc);
-    }
-#pragma unroll
-    for (int k = 0; k < CsfStageT::kPerLane; ++k) csf_next[k] = csf_first[kStages - 2][k];
-  }
+  // CSF: the slabs' base bytes and list cursors, loaded while the first chunks are in flight.
+  typename CsfWarpReaderOf<kCsf, kNvfp4, kMats, kSlabs, 1>::Type csf;
+  if constexpr (kCsf)
+    if (valid) csf.begin(csf_arrays, e, slab, plane_slabs, g, 0);
   int stage = 0;
 #pragma unroll 1
   for (int chunk = 0; chunk < kChunks; ++chunk) {
     cp_async_wait_group<kStages - 2>();
-    if constexpr (kCsf) {
-      // The chunk loaded at the previous step (or the prologue's last): its stage's last reader, chunk - 2
-      // (this warp's own area), is done.
-      const int ready = chunk + kStages - 2;
-      if (valid && ready < kChunks) csf.store(csf_area(ready % kStages), ready, valid, csf_next, csf_arrays.exc);
-    }
     __syncthreads();  // the chunk's copies are visible to every warp, and stage (chunk - 1) is free again
     const int next = chunk + kStages - 1;
     if (next < kChunks) issue(next % kStages, next);
-    if constexpr (kCsf)
-      if (valid && next < kChunks) CsfStageT::load(s, next, valid, csf_next);
     cp_async_commit();
     if (valid) {
       const u8* at = smem + stage * Stage::kBytes;
@@ -214,11 +185,23 @@ MOEJIT_DEVICE void batch_slab_mma(const u32x4* w, const u8* s, u32 valid, int li
           at + Stage::kActBytes + Stage::kWeightBytes + warp * kAll * Stage::kScaleChunk + g * SG::kBytesPerLane;
       u32x4 wc[kAll];
       u32x2 sc[kAll];
+      if constexpr (kCsf) {
+        constexpr int kOffsetBytes = CsfGeometry<kNvfp4>::kBytesPerChunk;
+        const u8* orow = at + Stage::kActBytes + Stage::kWeightBytes + warp * kAll * kOffsetBytes + csf.lane_offset(g);
+        u32 words[kAll];
 #pragma unroll
-      for (int m = 0; m < kAll; ++m) {
-        wc[m] = wr[m * 32];
-        sc[m] = kNvfp4 ? *reinterpret_cast<const u32x2*>(sr + m * Stage::kScaleChunk)
-                       : u32x2{*reinterpret_cast<const u32*>(sr + m * Stage::kScaleChunk), 0u};
+        for (int m = 0; m < kAll; ++m) {
+          wc[m] = wr[m * 32];
+          words[m] = *reinterpret_cast<const u32*>(orow + m * kOffsetBytes);
+        }
+        csf.scales(words, sc, csf_arrays.exc);
+      } else {
+#pragma unroll
+        for (int m = 0; m < kAll; ++m) {
+          wc[m] = wr[m * 32];
+          sc[m] = kNvfp4 ? *reinterpret_cast<const u32x2*>(sr + m * Stage::kScaleChunk)
+                         : u32x2{*reinterpret_cast<const u32*>(sr + m * Stage::kScaleChunk), 0u};
+        }
       }
       auto piece = [&](int nt, int st) {
         return *reinterpret_cast<const u32x2*>(tile + (nt * 8 + g) * kBatchRowStride + st * 16 + 4 * c4);

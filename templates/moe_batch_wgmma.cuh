@@ -14,9 +14,7 @@
 //
 // Pipeline per 64-wide K chunk c (kStages stages of shared memory: one being multiplied, one being
 // decoded, kStages - 2 being copied): every thread waits for its copies of chunk c and fences them to the
-// async proxy (CSF scales: each warp stores the plain scale bytes of chunk c + kStages - 3, loaded at the
-// previous step, into its stage), a barrier, the copies of chunk c + kStages - 2 go out into the stage of
-// chunk c - 2; then
+// async proxy, a barrier, the copies of chunk c + kStages - 2 go out into the stage of chunk c - 2; then
 // per k16 step the warp waits for the MMAs of two steps back, decodes and scales its A fragments into
 // the register slot they used, and issues that step's kMats wgmmas as one group. So each warp's decode
 // overlaps its own previous step's MMAs.
@@ -48,9 +46,8 @@ struct WgmmaStage {
 // through registers into MMA column order), else rows already in MMA column order (16-byte cp.async pieces).
 // The key's precision a8/a4 (kActPrecision) with kRawB: rows are the pairs' rows of the quantized layer
 // input (the act_quant pre-pass, moe_act_quant.cuh), staged as the a16 kernels stage x.
-// kCsf: s is the slab's CSF offsets (csf_scales.cuh), and csf_arrays, e, slab, slabs say which base bytes
-// and list the warp reads (slab_operands' slab): the warp rebuilds each chunk's plain scale bytes into the
-// stage where the plain kernels copy them (CsfChunkStage), and the step is the plain kernels' own.
+// kCsf: s is the slab's CSF offsets (csf_scales.cuh), copied into the stage in place of its scale bytes,
+// and csf_arrays, e, slab, slabs say which base bytes and list the warp reads (slab_operands' slab).
 template <bool kNvfp4, int kK, int kMats, int kWarps, int kNT, int kStages, bool kRawB, bool kCsf = false>
 MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const* rows, u8* smem,
                                   float (&acc)[kMats][kNT * 4], const CsfPlaneArrays& csf_arrays = CsfPlaneArrays{}, int e = 0, int slab = 0,
@@ -123,22 +120,18 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const*
     for (int m = 0; m < kMats; ++m)
       cp_async_16(base + Stage::kActBytes + ((warp * kMats + m) * 32 + lane) * 16, w + (chunk * kMats + m) * 32, 16);
     if constexpr (kCsf) {
-      // The warp rebuilds the chunk's scale bytes into the stage instead (csf below).
+      using SS = StageScales<kNvfp4, kMats, true>;
+      if (lane < SS::kPieces)
+        cp_async_piece<SS::kPieceBytes>(base + Stage::kActBytes + Stage::kWeightBytes + warp * SS::kSlabBytes +
+                                            lane * SS::kPieceBytes,
+                                        s + chunk * SS::kSlabBytes + lane * SS::kPieceBytes);
     } else if (lane < kScalePieces) {
       cp_async_16(base + Stage::kActBytes + Stage::kWeightBytes + warp * kMats * Stage::kScaleChunk + lane * 16,
                   s + chunk * kMats * Stage::kScaleChunk + lane * 16, 16);
     }
   };
-  // CSF: the warp's rebuild of its chunks' plain scale bytes into their stages (csf_scales.cuh
-  // CsfChunkStage): chunk c's offsets are loaded with its copies (csf_next), and its bytes stored one step
-  // later, before the barrier after which the stage is read (chunk c is loaded at step c - kStages + 2 and
-  // read at step c, so kStages >= 3 leaves the store a step: step c - kStages + 3 <= c).
-  using CsfStageT = typename CsfChunkStageOf<kCsf, kNvfp4, kMats, 1, kChunks>::Type;
-  CsfStageT csf;
-  u32 csf_next[CsfStageT::kPerLane];
-  auto csf_area = [&](int stage) {
-    return ring_ptr + stage * Stage::kBytes + Stage::kActBytes + Stage::kWeightBytes + warp * kMats * Stage::kScaleChunk;
-  };
+  // CSF: the slab's base bytes and list cursor (begun below, while the first chunks are in flight).
+  typename CsfWarpReaderOf<kCsf, kNvfp4, kMats, 1, 1>::Type csf;
 
   // A fragments in a ring of two k16 steps: step j is decoded into slot j % 2 once the MMAs of step j - 2
   // (the last readers of that slot) are done, while step j - 1's MMAs run. 8 kMats registers instead of
@@ -152,12 +145,6 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const*
     const int stage = chunk % kStages;
     cp_async_wait_group<kStages - 3>();
     fence_proxy_async_shared();  // this thread's copies of the chunk, to the MMAs' async proxy
-    if constexpr (kCsf) {
-      // The chunk loaded at the previous step (or the last of the prologue's): its stage's last reader,
-      // chunk - 3 (this warp's own area), is done.
-      const int ready = chunk + kStages - 3;
-      if (ready < kChunks) csf.store(csf_area(ready % kStages), ready, 1u, csf_next, csf_arrays.exc);
-    }
     __syncthreads();
     const int next = chunk + kStages - 2;
     if (kRawB) {
@@ -167,26 +154,31 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const*
       if (next < kChunks) load_b(next);
     }
     if (next < kChunks) issue(next % kStages, next);
-    if constexpr (kCsf)
-      if (next < kChunks) CsfStageT::load(s, next, 1u, csf_next);
     cp_async_commit();
 
     const u8* at = ring_ptr + stage * Stage::kBytes;
     const u32x4* wr = reinterpret_cast<const u32x4*>(at + Stage::kActBytes) + warp * kMats * 32 + lane;
-    const u8* sr = at + Stage::kActBytes + Stage::kWeightBytes + warp * kMats * Stage::kScaleChunk + g * SG::kBytesPerLane;
-    wgmma_slab_chunk<kNvfp4, kMats, Stage::kScaleChunk, kRawB>(wr, sr, wgmma_desc_k_sw128(ring + stage * Stage::kBytes),
-                                                               ar, acc, [](int) {});
+    if constexpr (kCsf) {
+      constexpr int kOffsetBytes = CsfGeometry<kNvfp4>::kBytesPerChunk;
+      const u8* orow = at + Stage::kActBytes + Stage::kWeightBytes + warp * kMats * kOffsetBytes + csf.lane_offset(g);
+      u32 words[kMats];
+      u32x2 sc[kMats];
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) words[m] = *reinterpret_cast<const u32*>(orow + m * kOffsetBytes);
+      csf.scales(words, sc, csf_arrays.exc);
+      wgmma_slab_chunk_from_registers<kNvfp4, kMats, kRawB>(wr, sc, wgmma_desc_k_sw128(ring + stage * Stage::kBytes), ar,
+                                                           acc, [](int) {});
+    } else {
+      const u8* sr = at + Stage::kActBytes + Stage::kWeightBytes + warp * kMats * Stage::kScaleChunk + g * SG::kBytesPerLane;
+      wgmma_slab_chunk<kNvfp4, kMats, Stage::kScaleChunk, kRawB>(wr, sr, wgmma_desc_k_sw128(ring + stage * Stage::kBytes),
+                                                                 ar, acc, [](int) {});
+    }
   };
 
-  // CSF: the base bytes, list start and first window load while the first chunks' offsets and copies do; the
-  // prologue's chunks but the last are stored here, the last at step 0.
-  if constexpr (kCsf) csf.begin(csf_arrays, e, slab, slabs, 1u);
-  u32 csf_first[kCsf ? kStages - 2 : 1][CsfStageT::kPerLane];
 #pragma unroll
   for (int st = 0; st < kStages - 2; ++st) {
     if (st < kChunks) {
       issue(st, st);
-      if constexpr (kCsf) CsfStageT::load(s, st, 1u, csf_first[st]);
       if (kRawB) {
         load_b(st);
         store_b(st);
@@ -194,13 +186,7 @@ MOEJIT_DEVICE void wgmma_slab_mma(const u32x4* w, const u8* s, const u16* const*
     }
     cp_async_commit();
   }
-  if constexpr (kCsf) {
-#pragma unroll
-    for (int st = 0; st < kStages - 3; ++st)
-      if (st < kChunks) csf.store(csf_area(st), st, 1u, csf_first[st], csf_arrays.exc);
-#pragma unroll
-    for (int k = 0; k < CsfStageT::kPerLane; ++k) csf_next[k] = csf_first[kStages - 3][k];
-  }
+  if constexpr (kCsf) csf.begin(csf_arrays, e, slab, slabs, g, 0);
 #pragma unroll 1
   for (int chunk = 0; chunk < kChunks; ++chunk) step(chunk);
   wgmma_wait<0>();

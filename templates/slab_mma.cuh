@@ -45,6 +45,19 @@ struct ScaleGeometry {
   static_assert(kBytesPerChunk == CsfGeometry<kNvfp4>::kPlainBytesPerChunk, "CSF stages hold the plain bytes");
 };
 
+// The scale bytes of one slab's chunk (all its matrices) as the batch and prefill families copy them into a
+// stage, plain (ScaleGeometry) or, reading CSF, the offsets (CsfGeometry): contiguous in the plane and in
+// the stage (operand a of a warp at a x kChunkBytes of its area), copied in cp.async pieces of kPieceBytes
+// (MXFP4's offsets are 4 bytes per matrix). The stages keep the plain bytes' room, so a key's shared memory
+// and ring depth do not depend on its scale reads.
+template <bool kNvfp4, int kMats, bool kCsf>
+struct StageScales {
+  static constexpr int kChunkBytes = kCsf ? CsfGeometry<kNvfp4>::kBytesPerChunk : ScaleGeometry<kNvfp4>::kBytesPerChunk;
+  static constexpr int kSlabBytes = kMats * kChunkBytes;
+  static constexpr int kPieceBytes = kSlabBytes < 16 ? kSlabBytes : 16;
+  static constexpr int kPieces = kSlabBytes / kPieceBytes;
+};
+
 // Where one expert's 16-row slab lives in a prepared plane, and its fp32 output multipliers.
 struct SlabOperands {
   const u32x4* w;  // this lane's first 16-byte run (chunk 0, matrix 0)

@@ -14,11 +14,13 @@
 // each warp's decode overlaps its previous step's MMAs. The k16 step st of the tile starts 32 bytes
 // further: its descriptor's address field (bytes >> 4) is 2 st higher, with no carry (the tile is
 // 1024-aligned and shared addresses stay below 2^18). kRawB: B is the layer input as is (the scales'
-// shift, kBatchScaleShift). CSF scales come the same way: their kernels rebuild the plain bytes into the
-// stage (csf_scales.cuh CsfChunkStage, moe_prefill.cuh prefill_rebuild_scales).
-template <bool kNvfp4, int kMats, int kScaleChunk, bool kRawB, int kAcc, class AfterWait>
+// shift, kBatchScaleShift).
+//
+// kScalesInRegisters: sr is unused, and sc_regs holds the lane's scale bytes of each matrix, which the caller
+// rebuilt (CSF scales, csf_scales.cuh); wgmma_slab_chunk_from_registers below.
+template <bool kNvfp4, int kMats, int kScaleChunk, bool kRawB, int kAcc, class AfterWait, bool kScalesInRegisters = false>
 MOEJIT_DEVICE void wgmma_slab_chunk(const u32x4* wr, const u8* sr, u64 desc, u32 (&ar)[2][kMats][4],
-                                    float (&acc)[kMats][kAcc], AfterWait after_wait) {
+                                    float (&acc)[kMats][kAcc], AfterWait after_wait, const u32x2* sc_regs = nullptr) {
   constexpr int kStepsPerBlock = kNvfp4 ? 1 : 2;  // MXFP4 blocks span two k16 steps
   u32x4 wc[kMats];
   u32x2 sc[kMats];
@@ -26,8 +28,11 @@ MOEJIT_DEVICE void wgmma_slab_chunk(const u32x4* wr, const u8* sr, u64 desc, u32
 #pragma unroll
   for (int m = 0; m < kMats; ++m) {
     wc[m] = wr[m * 32];
-    sc[m] = kNvfp4 ? *reinterpret_cast<const u32x2*>(sr + m * kScaleChunk)
-                   : u32x2{*reinterpret_cast<const u32*>(sr + m * kScaleChunk), 0u};
+    if constexpr (kScalesInRegisters)
+      sc[m] = sc_regs[m];
+    else
+      sc[m] = kNvfp4 ? *reinterpret_cast<const u32x2*>(sr + m * kScaleChunk)
+                     : u32x2{*reinterpret_cast<const u32*>(sr + m * kScaleChunk), 0u};
   }
 #pragma unroll
   for (int st = 0; st < 4; ++st) {
@@ -55,3 +60,10 @@ MOEJIT_DEVICE void wgmma_slab_chunk(const u32x4* wr, const u8* sr, u64 desc, u32
   }
 }
 
+// One chunk step with the lane's scale bytes of each matrix from registers (sc) rather than the stage.
+template <bool kNvfp4, int kMats, bool kRawB, int kAcc, class AfterWait>
+MOEJIT_DEVICE void wgmma_slab_chunk_from_registers(const u32x4* wr, const u32x2 (&sc)[kMats], u64 desc,
+                                                   u32 (&ar)[2][kMats][4], float (&acc)[kMats][kAcc],
+                                                   AfterWait after_wait) {
+  wgmma_slab_chunk<kNvfp4, kMats, 0, kRawB, kAcc, AfterWait, true>(wr, nullptr, desc, ar, acc, after_wait, sc);
+}

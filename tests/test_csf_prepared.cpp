@@ -82,154 +82,78 @@ TEST_CASE("prepared csf: exact round trip to the plain prepared bytes, every geo
 }
 
 namespace {
-uint32_t offsets_word(const PreparedCsfPlane& p, size_t o) {
-  return p.offsets.at(o) | p.offsets.at(o + 1) << 8 | p.offsets.at(o + 2) << 16 |
-         static_cast<uint32_t>(p.offsets.at(o + 3)) << 24;
-}
-uint32_t base_pattern(const PreparedCsfPlane& p, size_t b) {
-  return (p.base.at(b) | static_cast<uint32_t>(p.base.at(b + 1)) << 8) * 0x00010001u;
-}
-// Plain prepared byte i of row group grp, matrix m, chunk c of slab `slab` (prepared_plain_scales' order).
-size_t plain_at(const PreparedScaleGeometry& g, int e, int slab, int c, int m, int grp, int i) {
-  const int lb = g.format == ScaleFormat::nvfp4 ? 8 : 4;
-  return static_cast<size_t>(((((static_cast<int64_t>(e) * g.slabs + slab) * g.chunks() + c) * g.mats + m) * 8 + grp) *
-                             lb + i);
-}
-
-// The batch kernels' rebuild into their stages (templates/csf_scales.cuh CsfChunkStage): warp w holds `kslabs`
-// adjacent slabs from w * kslabs (the second past the plane where the slab count is odd: not valid, neither
-// loaded nor stored), and per chunk lane q builds plain word q of the warp's area from its offsets word and
-// base pattern, then its lists' windows (the head's first 32 words, then 32 words of exc from the cursor)
-// give the chunk's records: the window's prefix with the chunk's number, stored after the words (one slab
-// of a one-matrix plane: only its parity's), the cursor past them and the window reloaded. Written as the
-// device code is, with the warp's 32 lanes as loops; returns the plain prepared bytes read from the areas.
-std::vector<uint8_t> chunk_stage_walk(const PreparedScaleGeometry& g, const PreparedCsfPlane& p, int kslabs) {
+// The batch and prefill kernels' walk (templates/csf_scales.cuh CsfReader inside CsfWarpReader, its list
+// and m bit; with parts > 1 as a reader striding over K parts would walk): warp
+// `part` of kParts takes chunks part, part + kParts, ... of a slab of `mats` kernel matrices (FC1's two
+// matrices, or FC2-sum's two adjacent slabs of a one-matrix plane), keeps a cursor and the chunks until
+// its record, and each lane of row group g rebuilds its bytes. Written as the device code is, with the
+// warp's 32 lanes as a loop; returns the plain prepared bytes it rebuilt, in prepared_plain_scales' order.
+std::vector<uint8_t> kernel_walk(const PreparedScaleGeometry& g, const PreparedCsfPlane& p, int parts, bool pairs) {
   const bool nv = g.format == ScaleFormat::nvfp4;
-  const int chunks = g.chunks(), cb = prepared_csf_chunk_bytes(g.format), lb = nv ? 8 : 4, pb = 8 * lb;
-  const int kmats = g.mats, ka = kmats * kslabs, wpa = pb / 4, words = ka * wpa, lists = kmats == 2 ? kslabs : 1;
-  const bool parity_only = kmats == 1 && kslabs == 1;
+  const int chunks = g.chunks(), cb = prepared_csf_chunk_bytes(g.format), lb = nv ? 8 : 4;
   std::vector<uint8_t> out(g.plain_bytes());
+  const int kmats = g.mats == 2 ? 2 : pairs ? 2 : 1;  // matrices of the kernel's slab
+  const int step = g.mats == 2 || !pairs ? 1 : 2;
   for (int e = 0; e < g.experts; ++e)
-    for (int slab0 = 0; slab0 < g.slabs; slab0 += kslabs) {
-      auto valid = [&](int j) { return slab0 + j < g.slabs; };
-      auto slab_index = [&](int j) { return static_cast<int64_t>(e) * g.slabs + slab0 + j; };
-      std::vector<uint32_t> start(lists), cursor(lists, 0), window(32 * lists);
-      for (int j = 0; j < lists; ++j) {
-        if (!valid(j)) continue;
-        const int slab = slab0 + j;
-        const int64_t list = kmats == 2 ? slab_index(j) : static_cast<int64_t>(e) * ((g.slabs + 1) / 2) + slab / 2;
-        start[j] = p.exc.at(static_cast<size_t>(list));
-        for (int lane = 0; lane < 32; ++lane)
-          window[32 * j + lane] = p.head.at(static_cast<size_t>(list) * p.head_words + lane);
-      }
-      for (int c = 0; c < chunks; ++c) {
-        std::vector<uint8_t> area(static_cast<size_t>(ka) * pb, 0xA5);  // a byte the rebuild misses shows
-        for (int q = 0; q < words; ++q) {
-          const int op = q / wpa, w = q % wpa, j = op / kmats, m = op % kmats, grp = nv ? w >> 1 : w;
-          if (!valid(j)) continue;
-          const uint32_t word = offsets_word(p, static_cast<size_t>((slab_index(j) * chunks + c) * kmats + m) * cb +
-                                                    (nv ? 4 * grp : 0));
-          const uint32_t pattern = base_pattern(p, static_cast<size_t>(slab_index(j) * kmats + m) * 16 + 2 * grp);
-          const uint32_t v = nv ? ((word >> (4 * (w & 1))) & 0x0F0F0F0Fu) + pattern
-                                : ((((word >> (4 * w)) & 0xFu) * 0x00204081u) & 0x01010101u) + pattern;
-          for (int b = 0; b < 4; ++b) area[4 * q + b] = static_cast<uint8_t>(v >> (8 * b));
-        }
-        for (int j = 0; j < lists; ++j) {
-          if (!valid(j)) continue;
-          for (;;) {
-            int n = 0;
-            while (n < 32 && (window[32 * j + n] >> 16) == static_cast<uint32_t>(c)) ++n;
-            if (n == 0) break;
-            for (int lane = 0; lane < n; ++lane) {
-              const uint32_t r = window[32 * j + lane], m = (r >> 14) & 1u;
-              if (parity_only && m != static_cast<uint32_t>((slab0 + j) & 1)) continue;
-              const uint32_t op = kmats == 2 ? 2u * j + m : kslabs == 2 ? m : 0u;
-              area.at(op * pb + ((r >> 11) & 7u) * lb + ((r >> 8) & 7u)) = static_cast<uint8_t>(r);
+    for (int slab = 0; slab + (kmats == 2 && g.mats == 1 ? 1 : 0) < g.slabs; slab += step)
+      for (int part = 0; part < parts; ++part)
+        for (int lane = 0; lane < 32; ++lane) {
+          const int grp = lane >> 2;
+          const int64_t slab_index = static_cast<int64_t>(e) * g.slabs + slab;
+          const int64_t list = g.mats == 2 ? slab_index : static_cast<int64_t>(e) * ((g.slabs + 1) / 2) + slab / 2;
+          const uint32_t start = p.exc[static_cast<size_t>(list)] | (g.mats == 2 ? 0u : static_cast<uint32_t>(slab & 1) << 31);
+          const size_t base_at = static_cast<size_t>(slab_index * g.mats) * 16;
+          uint32_t cursor = start;
+          int gap = static_cast<int>(p.exc[cursor & 0x7FFFFFFFu] >> 16) - part;
+          for (int c = part; c < chunks; c += parts) {
+            for (int m = 0; m < kmats; ++m) {
+              const size_t b = base_at + 16 * m;
+              const uint32_t pattern = (p.base[b + 2 * grp] | static_cast<uint32_t>(p.base[b + 2 * grp + 1]) << 8) * 0x00010001u;
+              // Matrix m's offsets: the next matrix of the chunk, or the next slab's run.
+              const size_t at = static_cast<size_t>(((slab_index + (g.mats == 1 ? m : 0)) * chunks + c) * g.mats +
+                                                    (g.mats == 2 ? m : 0)) * cb + (nv ? 4 * grp : 0);
+              const uint32_t w = p.offsets[at] | p.offsets[at + 1] << 8 | p.offsets[at + 2] << 16 |
+                                 static_cast<uint32_t>(p.offsets[at + 3]) << 24;
+              uint32_t x, y = 0;
+              if (nv) {
+                x = (w & 0x0F0F0F0Fu) + pattern;
+                y = ((w >> 4) & 0x0F0F0F0Fu) + pattern;
+              } else {
+                x = ((((w >> (lane & 0x1C)) & 0xFu) * 0x00204081u) & 0x01010101u) + pattern;
+              }
+              // Records (only where gap <= 0; the device applies them to all matrices at once).
+              if (gap <= 0) {
+                const uint32_t who = kmats == 2 ? static_cast<uint32_t>(grp) : grp | (cursor >> 31) << 3;
+                uint32_t cur = cursor;
+                uint32_t r = p.exc[cur & 0x7FFFFFFFu];
+                const uint32_t cc = (r >> 16) - static_cast<uint32_t>(gap);
+                REQUIRE(cc == static_cast<uint32_t>(c));
+                while ((r >> 16) <= cc) {
+                  const uint32_t key = (r >> 11) & 0xFu;
+                  if ((r >> 16) == cc && (kmats == 2 ? (key & 7u) == who : key == who) &&
+                      (kmats == 1 || (key >> 3) == static_cast<uint32_t>(m))) {
+                    const uint32_t i = (r >> 8) & 7u, sh = 8u * (i & 3u);
+                    uint32_t& word = i < 4 ? x : y;
+                    word = (word & ~(0xFFu << sh)) | (r & 0xFFu) << sh;
+                  }
+                  ++cur;
+                  r = p.exc[cur & 0x7FFFFFFFu];
+                }
+                if (m == kmats - 1) {
+                  cursor = cur;
+                  gap = static_cast<int>((r >> 16) - cc);
+                }
+              }
+              const int64_t unit_slab = slab + (g.mats == 1 ? m : 0);
+              for (int i = 0; i < lb; ++i) {
+                const size_t o = static_cast<size_t>(((((static_cast<int64_t>(e) * g.slabs + unit_slab) * chunks + c) * g.mats +
+                                                       (g.mats == 2 ? m : 0)) * 8 + grp) * lb + i);
+                if (lane % 4 == 0) out[o] = static_cast<uint8_t>((i < 4 ? x : y) >> (8 * (i & 3)));
+              }
             }
-            cursor[j] += n;
-            for (int lane = 0; lane < 32; ++lane) window[32 * j + lane] = p.exc.at(start[j] + cursor[j] + lane);
-            if (n < 32) break;
+            gap -= parts;
           }
         }
-        for (int op = 0; op < ka; ++op) {
-          const int j = op / kmats, m = op % kmats;
-          if (!valid(j)) continue;
-          for (int grp = 0; grp < 8; ++grp)
-            for (int i = 0; i < lb; ++i)
-              out[plain_at(g, e, slab0 + j, c, m, grp, i)] = area[static_cast<size_t>(op) * pb + grp * lb + i];
-        }
-      }
-    }
-  return out;
-}
-
-// The prefill kernels' rebuild warp (templates/moe_prefill.cuh prefill_rebuild_scales): per unit (a group of
-// `group_slabs` slabs, those past the plane standing for its last), lane l's items are operands l / 8 + 4k
-// (slab-major over the group's slabs and matrices) of row group l % 8, and lane l < operands / 2 walks list l
-// (FC1: slab l's; one-matrix planes: slab pair l's), keeping its next two records: per chunk, the lanes whose
-// next record is the chunk's store it, and take the one after, until none is. Lanes as loops; returns the
-// plain prepared bytes read from the stages of the slabs in the plane.
-std::vector<uint8_t> prefill_walk(const PreparedScaleGeometry& g, const PreparedCsfPlane& p, int group_slabs) {
-  const bool nv = g.format == ScaleFormat::nvfp4;
-  const int chunks = g.chunks(), cb = prepared_csf_chunk_bytes(g.format), lb = nv ? 8 : 4, pb = 8 * lb;
-  const int kmats = g.mats, ops = group_slabs * kmats, lists = ops / 2;
-  REQUIRE(ops % 4 == 0);
-  REQUIRE(lists <= 32);
-  std::vector<uint8_t> out(g.plain_bytes());
-  for (int e = 0; e < g.experts; ++e)
-    for (int group = 0; group * group_slabs < g.slabs; ++group) {
-      auto slab_of = [&](int op) { return std::min(group * group_slabs + op / kmats, g.slabs - 1); };
-      uint32_t cursor[32], r[32], r2[32];
-      for (int l = 0; l < 32; ++l) {
-        r[l] = r2[l] = kPreparedCsfSentinel;
-        if (l >= lists) continue;
-        const int slab = std::min(group * group_slabs + (kmats == 2 ? l : 2 * l), g.slabs - 1);
-        const int64_t list = kmats == 2 ? static_cast<int64_t>(e) * g.slabs + slab
-                                        : static_cast<int64_t>(e) * ((g.slabs + 1) / 2) + slab / 2;
-        cursor[l] = p.exc.at(static_cast<size_t>(list));
-        r[l] = p.head.at(static_cast<size_t>(list) * p.head_words);
-        r2[l] = p.head.at(static_cast<size_t>(list) * p.head_words + 1);
-      }
-      for (int c = 0; c < chunks; ++c) {
-        std::vector<uint8_t> area(static_cast<size_t>(ops) * pb, 0xA5);
-        for (int lane = 0; lane < 32; ++lane)
-          for (int k = 0; k < ops / 4; ++k) {
-            const int op = lane / 8 + 4 * k, grp = lane & 7, m = op % kmats;
-            const int64_t si = static_cast<int64_t>(e) * g.slabs + slab_of(op);
-            const uint32_t word = offsets_word(p, static_cast<size_t>((si * chunks + c) * kmats + m) * cb + (nv ? 4 * grp : 0));
-            const uint32_t pattern = base_pattern(p, static_cast<size_t>(si * kmats + m) * 16 + 2 * grp);
-            uint32_t x, y = 0;
-            if (nv) {
-              x = (word & 0x0F0F0F0Fu) + pattern;
-              y = ((word >> 4) & 0x0F0F0F0Fu) + pattern;
-            } else {
-              x = ((((word >> (4 * grp)) & 0xFu) * 0x00204081u) & 0x01010101u) + pattern;
-            }
-            for (int i = 0; i < lb; ++i)
-              area[static_cast<size_t>(op) * pb + grp * lb + i] = static_cast<uint8_t>((i < 4 ? x : y) >> (8 * (i & 3)));
-          }
-        for (;;) {
-          bool any = false;
-          for (int l = 0; l < 32; ++l) {
-            if ((r[l] >> 16) != static_cast<uint32_t>(c)) continue;
-            any = true;
-            const uint32_t op = 2u * l + ((r[l] >> 14) & 1u);
-            area.at(op * pb + ((r[l] >> 11) & 7u) * lb + ((r[l] >> 8) & 7u)) = static_cast<uint8_t>(r[l]);
-            ++cursor[l];
-            r[l] = r2[l];
-            r2[l] = p.exc.at(cursor[l] + 1);
-          }
-          if (!any) break;
-        }
-        for (int op = 0; op < ops; ++op) {
-          const int slab = group * group_slabs + op / kmats;
-          if (slab >= g.slabs) continue;
-          for (int grp = 0; grp < 8; ++grp)
-            for (int i = 0; i < lb; ++i)
-              out[plain_at(g, e, slab, c, op % kmats, grp, i)] = area[static_cast<size_t>(op) * pb + grp * lb + i];
-        }
-      }
-    }
   return out;
 }
 
@@ -337,7 +261,7 @@ std::vector<uint8_t> stage_walk(const PreparedScaleGeometry& g, const PreparedCs
 }
 }  // namespace
 
-TEST_CASE("prepared csf: the decode kernels' walk over K parts rebuilds every plain byte", "[csf][prepared]") {
+TEST_CASE("prepared csf: the kernels' walk over K parts rebuilds every plain byte", "[csf][prepared]") {
   for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4})
     for (int mats : {2, 1})
       for (const char* kind : {"spread", "random"}) {
@@ -349,32 +273,10 @@ TEST_CASE("prepared csf: the decode kernels' walk over K parts rebuilds every pl
           for (bool pairs : {false, true}) {
             if (pairs && mats == 2) continue;
             INFO(to_string(f) << " mats " << mats << " " << kind << " parts " << parts << " slab pairs " << pairs);
+            CHECK(kernel_walk(g, p, parts, pairs) == want);
             CHECK(stage_walk(g, p, parts, pairs) == want);
           }
       }
-}
-
-TEST_CASE("prepared csf: the batch and prefill kernels' stage rebuilds give every plain byte", "[csf][prepared]") {
-  // Odd and even slab counts (a warp's second slab, a unit's last slabs past the plane), partial last chunks,
-  // "random" planes with more than 32 records of a list in one chunk, lists longer than their heads.
-  for (ScaleFormat f : {ScaleFormat::nvfp4, ScaleFormat::mxfp4})
-    for (int mats : {2, 1})
-      for (int slabs : {4, 5, 12})
-        for (const char* kind : {"spread", "random", "narrow"}) {
-          const PreparedScaleGeometry g = geometry(f, 2, slabs, mats, 64 * 7 + (f == ScaleFormat::nvfp4 ? 16 : 32));
-          const std::vector<uint8_t> logical = logical_plane(g, kind, 13);
-          const PreparedCsfPlane p = build_prepared_csf(g, logical.data());
-          const std::vector<uint8_t> want = prepared_plain_scales(g, logical.data());
-          for (int kslabs : {1, 2}) {
-            INFO(to_string(f) << " mats " << mats << " slabs " << slabs << " " << kind << " slabs per warp " << kslabs);
-            CHECK(chunk_stage_walk(g, p, kslabs) == want);
-          }
-          for (int group_slabs : {4, 8, 16}) {
-            if (group_slabs * mats / 2 > 32) continue;
-            INFO(to_string(f) << " mats " << mats << " slabs " << slabs << " " << kind << " unit slabs " << group_slabs);
-            CHECK(prefill_walk(g, p, group_slabs) == want);
-          }
-        }
 }
 
 TEST_CASE("prepared csf: the decode kernels' stages rebuild every plain byte, every geometry and input",

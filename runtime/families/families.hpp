@@ -77,8 +77,8 @@ void set_fc2_common(Params& p, const ForwardContext& ctx) {
   p.route = routing_args(ctx);
 }
 
-// Where a kernel's parameters take the lists' heads and their length (s_head and s_head_words: the
-// decode, batch and prefill kernels' parameters); null where they do not.
+// Where a kernel's parameters take the lists' heads and their length (the decode kernels' s_head and
+// s_head_words); null where they do not (the batch and prefill kernels).
 struct CsfHeadFields {
   DevicePtr* head = nullptr;
   i32* words = nullptr;
