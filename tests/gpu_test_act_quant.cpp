@@ -199,6 +199,7 @@ const char* kColumnsSource = R"(
 #define MOEJIT_ACT_PRECISION 2
 #define MOEJIT_ACT_EXPERTS 1
 #include "slab_pair_max.cuh"
+struct ColumnsParams { const float* in; float* out; float gs; };
 template <int kNT>
 __device__ void columns(const float* in, float* out, float gs) {
   const int lane = threadIdx.x, g = lane >> 2, c4 = lane & 3;
@@ -209,9 +210,9 @@ __device__ void columns(const float* in, float* out, float gs) {
   for (int nt = 0; nt < kNT; ++nt)
     for (int i = 0; i < 4; ++i) out[(nt * 8 + 2 * c4 + (i & 1)) * 16 + g + 8 * (i >> 1)] = v[nt * 4 + i];
 }
-extern "C" __global__ void columns16(const float* in, float* out, float gs) { columns<16>(in, out, gs); }
-extern "C" __global__ void columns4(const float* in, float* out, float gs) { columns<4>(in, out, gs); }
-extern "C" __global__ void columns2(const float* in, float* out, float gs) { columns<2>(in, out, gs); }
+extern "C" __global__ void columns16(const ColumnsParams p) { columns<16>(p.in, p.out, p.gs); }
+extern "C" __global__ void columns4(const ColumnsParams p) { columns<4>(p.in, p.out, p.gs); }
+extern "C" __global__ void columns2(const ColumnsParams p) { columns<2>(p.in, p.out, p.gs); }
 )";
 
 struct ColumnsParams {
