@@ -1033,6 +1033,21 @@ TEST_CASE("the prefill family: planned on sm_90a from 56 pairs per expert, force
   ::setenv("MOEJIT_PREFILL_TILE_FC2", "w4n16d3", 1);
   CHECK_THROWS_WITH(make_plan(s, Arch::sm_90a, 4096, 132, Family::automatic, TuningOverrides::from_environment()),
                     Catch::Contains("share one token tile"));
+  // One override alone: the other kernel keeps its plan at the override's token tile, at every M (M = 512
+  // plans 4-wide tiles), its ring refitted to the wider stages.
+  ::unsetenv("MOEJIT_PREFILL_TILE_FC2");
+  ::setenv("MOEJIT_PREFILL_TILE_FC1", "w8n16d6g2", 1);
+  const Plan fc1_only = make_plan(s, Arch::sm_90a, 512, 132, Family::prefill, TuningOverrides::from_environment());
+  CHECK(fc1_only.kernels.at(1).groups == 2);
+  CHECK(fc1_only.kernels.at(2).ntiles == 16);
+  CHECK(fc1_only.kernels.at(2).groups == 1);
+  CHECK(fc1_only.kernels.at(2).depth == make_plan(s, Arch::sm_90a, 4096, 132).kernels.at(2).depth);
+  ::unsetenv("MOEJIT_PREFILL_TILE_FC1");
+  ::setenv("MOEJIT_PREFILL_TILE_FC2", "w8n8d7", 1);
+  const Plan fc2_only = make_plan(s, Arch::sm_90a, 4096, 132, Family::automatic, TuningOverrides::from_environment());
+  CHECK(fc2_only.kernels.at(1).ntiles == 8);
+  CHECK(fc2_only.kernels.at(2).ntiles == 8);
+  ::unsetenv("MOEJIT_PREFILL_TILE_FC2");
 }
 
 namespace {

@@ -171,13 +171,27 @@ Plan plan(const PlanRequest& r) {
   fc1.min_blocks = 1;
   KernelKey fc2 = fc1;
   fc2.kind = KernelKind::prefill_fc2;
-  for (KernelKey* k : {&fc1, &fc2}) {
-    k->depth = 1;
-    while (k->depth < 7 && (k->depth + 2) * stage_bytes(*k) + 1024 <= 200 * 1024) ++k->depth;
+  const auto fit_depth = [](KernelKey& k) {
+    k.depth = 1;
+    while (k.depth < 7 && (k.depth + 2) * stage_bytes(k) + 1024 <= 200 * 1024) ++k.depth;
+  };
+  fit_depth(fc1);
+  fit_depth(fc2);
+  // MOEJIT_PREFILL_TILE_FC1 / _FC2 override the tiles, for sweeps (both must keep one ntiles). With one of
+  // them set, the other kernel keeps its planned tile at the override's token tile (its ring refitted), so
+  // one kernel's variant is timed against the other's plan at every M.
+  const auto& o1 = r.tuning.prefill_tile_fc1;
+  const auto& o2 = r.tuning.prefill_tile_fc2;
+  if (o1) o1->apply(fc1);
+  if (o2) o2->apply(fc2);
+  if (o1 && !o2 && fc2.ntiles != fc1.ntiles) {
+    fc2.ntiles = fc1.ntiles;
+    fit_depth(fc2);
   }
-  // MOEJIT_PREFILL_TILE_FC1 / _FC2 override the tiles, for sweeps (both must keep one ntiles).
-  if (r.tuning.prefill_tile_fc1) r.tuning.prefill_tile_fc1->apply(fc1);
-  if (r.tuning.prefill_tile_fc2) r.tuning.prefill_tile_fc2->apply(fc2);
+  if (o2 && !o1 && fc1.ntiles != fc2.ntiles) {
+    fc1.ntiles = fc2.ntiles;
+    fit_depth(fc1);
+  }
   p.kernels = {route_key(r.spec, r.arch), fc1.normalized(), fc2.normalized()};
   if (p.kernels[1].ntiles != p.kernels[2].ntiles)
     throw Error(fmt::format("prefill plan: FC1 {} and FC2 {} must share one token tile (FC1 writes FC2's blocks)",
