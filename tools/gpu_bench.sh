@@ -5,8 +5,8 @@
 # usage: tools/gpu_bench.sh MOEJIT LOG_DIR [ROW...]
 #   rows (default: all): precision (a16/a8/a4 side by side), csf (plain vs CSF reads), prefill (the
 #   planned prefill tiles at M = 4096 and 16384 with the dense ceiling), teams (two consumer-warpgroup
-#   teams against the planned tiles at M = 4096), pairs (clusters of two CTAs sharing each B block, p2,
-#   at M = 4096), wide (160-token tiles, n20, against the planned tiles at M = 4096 and 16384), batch
+#   teams against the planned tiles at M = 4096), teams-fc1 (FC1 alone on teams, a16/a8/a4, M = 2048..16384),
+#   pairs (clusters of two CTAs sharing each B block, p2, at M = 4096), wide (160-token tiles, n20, against the planned tiles at M = 4096 and 16384), batch
 #   (M = 64..2048, the batch regime), cutover (the planned family against the batch family at 48, 56 and
 #   64 pairs per expert, around the prefill family's cutover), sweep (the planned family at every power of two
 #   M = 1..16384 with the dense ceiling: the final table)
@@ -14,7 +14,7 @@
 set -u
 cli=$1 logs=$2
 shift 2
-rows=${*:-precision csf prefill teams pairs wide batch cutover sweep}
+rows=${*:-precision csf prefill teams teams-fc1 pairs wide batch cutover sweep}
 configs=${CONFIGS:-gpt-oss-120b deepseek-v3 qwen3-30b-a3b}
 limit=${ROW_TIMEOUT:-150}
 mkdir -p "$logs"
@@ -38,6 +38,11 @@ for row in $rows; do
           run_row "teams_g2_$c" --config "$c" --family prefill --tokens 4096 --replays 5 --dense off
         MOEJIT_PREFILL_TILE_FC1=w8n16d6g2 MOEJIT_PREFILL_TILE_FC2=w8n16d7g2s2 \
           run_row "teams_g2s2_$c" --config "$c" --family prefill --tokens 4096 --replays 5 --dense off ;;
+      teams-fc1)
+        # FC1 alone on teams (its a8/a4 epilogue overlapping the other team's products), FC2 as planned.
+        run_row "planned_prec_$c" --config "$c" --family prefill --precision a16,a8,a4 --tokens 2048,4096,16384 --replays 5 --dense off
+        MOEJIT_PREFILL_TILE_FC1=w8n16d6g2 \
+          run_row "teams_fc1_$c" --config "$c" --family prefill --precision a16,a8,a4 --tokens 2048,4096,16384 --replays 5 --dense off ;;
       pairs)
         MOEJIT_PREFILL_TILE_FC1=w8n16d6p2 MOEJIT_PREFILL_TILE_FC2=w8n16d7p2 \
           run_row "pairs_p2_$c" --config "$c" --family prefill --tokens 4096 --replays 5 --dense off ;;
