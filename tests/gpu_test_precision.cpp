@@ -208,6 +208,40 @@ TEST_CASE("a8 and a4 in the warpgroup-MMA batch tiles and the prefill family, ev
       }
 }
 
+TEST_CASE("a8 and a4 in the prefill family's teams tiles (FC1 alone and both kernels), skewed routing",
+          "[gpu][precision][warpgroup][teams]") {
+  if (!on_sm90()) return;
+  // The teams tiles (g2: the consumer warpgroups take alternate units, one's FC1 epilogue quantizing while
+  // the other's products run) are a measured candidate for a8/a4 plans (perf-log v43): FC1 alone on teams
+  // (FC2 as planned at its token tile) and both kernels on teams, 16-wide n-tiles (the epilogue's shared
+  // a4 scales) and 8-wide ones.
+  const ScopedEnv guard{"MOEJIT_PREFILL_TILE_FC1", "MOEJIT_PREFILL_TILE_FC2"};
+  const std::pair<const char*, const char*> tiles[] = {{"w8n16d6g2", nullptr}, {"w8n16d6g2", "w8n16d7g2"}, {"w8n8d3g2", "w8n8d3g2"}};
+  uint64_t seed = 47000;
+  for (const auto& [fc1, fc2] : tiles)
+    for (ActPrecision p : {ActPrecision::a8, ActPrecision::a4})
+      for (LayerSpec spec : small_spec_variants()) {
+        spec.experts = 5;
+        const bool per_expert = p == ActPrecision::a4 && (seed & 1);
+        const HostLayer host = quantized_layer(spec, p, ++seed, per_expert);
+        auto layer = runtime().prepare(host);
+        ::setenv("MOEJIT_PREFILL_TILE_FC1", fc1, 1);
+        if (fc2)
+          ::setenv("MOEJIT_PREFILL_TILE_FC2", fc2, 1);
+        else
+          ::unsetenv("MOEJIT_PREFILL_TILE_FC2");
+        for (int m : {127, 1000}) {
+          const Plan plan = runtime().plan(*layer, m, Family::prefill);
+          INFO(fmt::format("{} {} {} bias={} limit={} per_expert={} M={} plan: {}", to_string(p), to_string(spec.format),
+                           to_string(spec.activation), spec.has_bias, spec.limit.has_value(), per_expert, m, plan.describe()));
+          REQUIRE(plan.kernels.at(1).groups == 2);
+          HostInputs in = make_random_inputs(spec, m, ++seed, true);
+          if (m == 1000) skew_routing(spec, in);
+          check_quantized(compare(to_float(run_family(*layer, in, Family::prefill)), reference_in_precision(host, in).out_f64));
+        }
+      }
+}
+
 TEST_CASE("a8 and a4 warpgroup-MMA tiles with K and I tails and odd slab counts give one result",
           "[gpu][precision][warpgroup][tiles]") {
   if (!on_sm90()) return;
