@@ -53,12 +53,9 @@ inline std::string cli_binary() {
   return env && *env ? env : MOEJIT_CLI_PATH;
 }
 
-inline CliResult run_cli(const std::vector<std::string>& args) {
-  const std::string bin = cli_binary();
-  REQUIRE(::access(bin.c_str(), X_OK) == 0);  // build the moejit_cli target before this test
-  std::string cmd = shell_quote(bin);
-  for (const auto& a : args) cmd += " " + shell_quote(a);
-  cmd += " 2>&1";
+// A shell command line (already quoted), its stdout and stderr collected.
+inline CliResult run_cli_command(const std::string& command) {
+  const std::string cmd = command + " 2>&1";
   CliResult r;
   FILE* p = ::popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
@@ -68,6 +65,14 @@ inline CliResult run_cli(const std::vector<std::string>& args) {
   const int status = ::pclose(p);
   r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
   return r;
+}
+
+inline CliResult run_cli(const std::vector<std::string>& args) {
+  const std::string bin = cli_binary();
+  REQUIRE(::access(bin.c_str(), X_OK) == 0);  // build the moejit_cli target before this test
+  std::string cmd = shell_quote(bin);
+  for (const auto& a : args) cmd += " " + shell_quote(a);
+  return run_cli_command(cmd);
 }
 
 }  // namespace moejit_test

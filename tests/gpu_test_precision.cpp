@@ -12,7 +12,11 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <set>
+#include <string>
+#include <vector>
 
+#include "cli_process.hpp"
 #include "gpu_support.hpp"
 #include "moejit/planner.hpp"
 
@@ -102,6 +106,25 @@ void force_tile(Family f, const char* tile) {
     ::unsetenv(fc1);
     ::unsetenv(fc2);
   }
+}
+
+// Compiles (or finds in the cache) every kernel of the plans before a case runs them: `moejit inspect KEY
+// --emit resources` processes, 16 at a time, into the cache the case's Runtimes read (MOEJIT_CACHE_DIR,
+// inherited). NVRTC serializes compiles within a process, so a case that runs many tile variants would
+// otherwise compile them one after another inside its forwards, for longer than a GPU run allows.
+void compile_plans(const std::vector<Plan>& plans) {
+  std::set<std::string> keys;
+  for (const Plan& p : plans)
+    for (const KernelKey& k : p.kernels) keys.insert(k.str());
+  std::string list;
+  for (const std::string& k : keys) list += k + "\n";
+  // The reports go nowhere, the errors into the result.
+  const std::string cmd = "{ printf %s " + moejit_test::shell_quote(list) + " | xargs -P 16 -I KEY " +
+                          moejit_test::shell_quote(moejit_test::cli_binary()) +
+                          " inspect KEY --emit resources 2>&1 >/dev/null; }";
+  const moejit_test::CliResult r = moejit_test::run_cli_command(cmd);
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
 }
 
 // The keys of a plan that must be warpgroup-MMA ones: the batch tile m, or the prefill family.
@@ -217,29 +240,51 @@ TEST_CASE("a8 and a4 in the prefill family's teams tiles (FC1 alone and both ker
   // a4 scales) and 8-wide ones.
   const ScopedEnv guard{"MOEJIT_PREFILL_TILE_FC1", "MOEJIT_PREFILL_TILE_FC2"};
   const std::pair<const char*, const char*> tiles[] = {{"w8n16d6g2", nullptr}, {"w8n16d6g2", "w8n16d7g2"}, {"w8n8d3g2", "w8n8d3g2"}};
+  const auto set_tiles = [](const std::pair<const char*, const char*>& t) {
+    ::setenv("MOEJIT_PREFILL_TILE_FC1", t.first, 1);
+    if (t.second)
+      ::setenv("MOEJIT_PREFILL_TILE_FC2", t.second, 1);
+    else
+      ::unsetenv("MOEJIT_PREFILL_TILE_FC2");
+  };
+  struct Case {
+    ActPrecision p;
+    LayerSpec spec;
+    bool per_expert;
+    HostLayer host;
+    std::shared_ptr<PreparedLayer> layer;
+  };
+  std::vector<Case> cases;
   uint64_t seed = 47000;
-  for (const auto& [fc1, fc2] : tiles)
-    for (ActPrecision p : {ActPrecision::a8, ActPrecision::a4})
-      for (LayerSpec spec : small_spec_variants()) {
-        spec.experts = 5;
-        const bool per_expert = p == ActPrecision::a4 && (seed & 1);
-        const HostLayer host = quantized_layer(spec, p, ++seed, per_expert);
-        auto layer = runtime().prepare(host);
-        ::setenv("MOEJIT_PREFILL_TILE_FC1", fc1, 1);
-        if (fc2)
-          ::setenv("MOEJIT_PREFILL_TILE_FC2", fc2, 1);
-        else
-          ::unsetenv("MOEJIT_PREFILL_TILE_FC2");
-        for (int m : {127, 1000}) {
-          const Plan plan = runtime().plan(*layer, m, Family::prefill);
-          INFO(fmt::format("{} {} {} bias={} limit={} per_expert={} M={} plan: {}", to_string(p), to_string(spec.format),
-                           to_string(spec.activation), spec.has_bias, spec.limit.has_value(), per_expert, m, plan.describe()));
-          REQUIRE(plan.kernels.at(1).groups == 2);
-          HostInputs in = make_random_inputs(spec, m, ++seed, true);
-          if (m == 1000) skew_routing(spec, in);
-          check_quantized(compare(to_float(run_family(*layer, in, Family::prefill)), reference_in_precision(host, in).out_f64));
-        }
+  for (ActPrecision p : {ActPrecision::a8, ActPrecision::a4})
+    for (LayerSpec spec : small_spec_variants()) {
+      spec.experts = 5;
+      const bool per_expert = p == ActPrecision::a4 && (seed & 1);
+      HostLayer host = quantized_layer(spec, p, ++seed, per_expert);
+      auto layer = runtime().prepare(host);
+      cases.push_back(Case{p, spec, per_expert, std::move(host), std::move(layer)});
+    }
+  std::vector<Plan> plans;
+  for (const auto& t : tiles) {
+    set_tiles(t);
+    for (const Case& c : cases)
+      for (int m : {127, 1000}) plans.push_back(runtime().plan(*c.layer, m, Family::prefill));
+  }
+  compile_plans(plans);
+  for (const auto& t : tiles) {
+    set_tiles(t);
+    for (const Case& c : cases)
+      for (int m : {127, 1000}) {
+        const Plan plan = runtime().plan(*c.layer, m, Family::prefill);
+        INFO(fmt::format("{} {} {} bias={} limit={} per_expert={} M={} plan: {}", to_string(c.p), to_string(c.spec.format),
+                         to_string(c.spec.activation), c.spec.has_bias, c.spec.limit.has_value(), c.per_expert, m,
+                         plan.describe()));
+        REQUIRE(plan.kernels.at(1).groups == 2);
+        HostInputs in = make_random_inputs(c.spec, m, ++seed, true);
+        if (m == 1000) skew_routing(c.spec, in);
+        check_quantized(compare(to_float(run_family(*c.layer, in, Family::prefill)), reference_in_precision(c.host, in).out_f64));
       }
+  }
 }
 
 TEST_CASE("a8 and a4 warpgroup-MMA tiles with K and I tails and odd slab counts give one result",
@@ -270,6 +315,14 @@ TEST_CASE("a8 and a4 warpgroup-MMA tiles with K and I tails and odd slab counts 
       spec.intermediate = g.intermediate;
       const HostLayer host = quantized_layer(spec, p, ++seed, /*per_expert=*/p == ActPrecision::a4);
       auto layer = runtime().prepare(host);
+      std::vector<Plan> plans;
+      for (int m : {5, 77, 300})
+        for (const WarpgroupKernels& wk : kWarpgroupKernels)
+          for (const char* tile : wk.family == Family::prefill ? prefill_tiles : batch_tiles) {
+            force_tile(wk.family, tile);
+            plans.push_back(runtime().plan(*layer, m, wk.family));
+          }
+      compile_plans(plans);
       for (int m : {5, 77, 300}) {
         HostInputs in = make_random_inputs(spec, m, ++seed, true);
         if (m == 300) skew_routing(spec, in);
