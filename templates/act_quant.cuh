@@ -214,7 +214,6 @@ MOEJIT_AQ_FN float aq_e2m1_from_estimate(float q, float a, float b, float d) {
   const float r = up ? lo + step : lo;
   return lo < 6.f ? r : 6.f;  // q >= 6: the exact quotient is above the last midpoint, 5
 }
-MOEJIT_AQ_FN float aq_e2m1_ratio(float a, float b, float d) { return aq_e2m1_from_estimate(aq_div_estimate(a * b, d), a, b, d); }
 
 // a4: e2m1(v * gs / s) * s * 2^shift, the operand without the 1/gs (folded into the output multiplier), given
 // the block's k = gs / s estimate (a4_ratio_factor; infinity for s = 0, whose values are 0).
@@ -224,10 +223,6 @@ MOEJIT_AQ_FN float a4_value(float v, float gs, float s, float k) {
   const float a = aq_float(aq_bits(v) & 0x7FFFFFFFu);  // |v|, +0 for -0 (the sign is put back below)
   const float r = aq_e2m1_from_estimate(a * k, a, gs, s) * s * aq_pow2(kShift);
   return (aq_bits(v) >> 31) ? -r : r;
-}
-template <int kShift>
-MOEJIT_AQ_FN float a4_value(float v, float gs, float s) {
-  return a4_value<kShift>(v, gs, s, a4_ratio_factor(gs, s));
 }
 
 // A block's quantizer, from the block's |v| maximum as fp32 bits and the global scale (a4): its parameters

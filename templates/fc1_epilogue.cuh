@@ -76,37 +76,15 @@ MOEJIT_DEVICE void fc1_store_pass_quantized(const Params& p, const ExpertWork& w
         const unsigned b = __float_as_uint(v) & 0x7FFFFFFFu;
         amax[nt][i & 1] = b > amax[nt][i & 1] ? b : amax[nt][i & 1];
       }
-  // a4 with 4 or more n-tiles: one block scale per lane (act_quant.cuh a4_column_block_scales).
-  float scale[kNT][2];
-  if constexpr (kA4SharedScales<kNT>) {
-    static_assert(kSub == 1 && BlockMax::kBlockWarps == 1, "a4's blocks lie in one slab");
-    a4_column_block_scales<kNT>(amax, out_gs, scale);
-  } else {
+  // Every slot is quantized by its column's quantizer (slab_pair_max.cuh with_column_quantizers; a slot
+  // without a value holds 0), then the slots with values are stored.
+  with_column_quantizers<kNT>(amax, out_gs, block_max, [&](int nt, int c, const ActBlockQuant<kActPrecision, 64>& q) {
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) amax[nt][c] = block_amax_bits<0x1C>(amax[nt][c]);
-    block_max(amax);
-  }
-  // Every slot is quantized (one quantizer per block and lane; a slot without a value holds 0), then the
-  // slots with values are stored.
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      using Quant = ActBlockQuant<kActPrecision, 64>;
-      const Quant q = [&] {
-        if constexpr (kA4SharedScales<kNT>)
-          return Quant::from_a4_scale(scale[nt][c], out_gs);
-        else
-          return Quant(amax[nt][c], out_gs);
-      }();
-#pragma unroll
-      for (int j = 0; j < kSub; ++j) {
-        a[j][nt][c] = q(a[j][nt][c]);
-        a[j][nt][c + 2] = q(a[j][nt][c + 2]);
-      }
+    for (int j = 0; j < kSub; ++j) {
+      a[j][nt][c] = q(a[j][nt][c]);
+      a[j][nt][c + 2] = q(a[j][nt][c + 2]);
     }
+  });
 #pragma unroll
   for (int j = 0; j < kSub; ++j)
 #pragma unroll

@@ -117,12 +117,42 @@ struct SlabBlockMaxOf<true, kWarps, kCols> {
 template <int kWarps, int kCols>
 using OneSlabPerWarpBlockMax = typename SlabBlockMaxOf<kActPrecision == kActA8, kWarps, kCols>::type;
 
+// The quantizers of a warp's kNT x 2 accumulator columns (MMA layout: column nt * 8 + 2 * (lane & 3) + c,
+// rows g and g + 8 of a 16-row slab in lane g * 4 + lane % 4), from each lane's own maxima (fp32 bits of
+// |v| over its rows of the column): the block maximum over the column's 8 lanes (one lane % 4), then over
+// the block's other slab where BlockMax says so; a4 with 4 or more n-tiles shares the block scales out
+// (act_quant.cuh a4_column_block_scales, one scale per lane). apply(nt, c, quantizer) is called once per
+// column with its block's ActBlockQuant (operand values times 2^64, a4 without 1/gs). gs: a4's global scale
+// of the intermediate. Every lane of the warp calls it.
+template <int kNT, class BlockMax, class Apply>
+MOEJIT_DEVICE void with_column_quantizers(unsigned (&amax)[kNT][2], float gs, BlockMax block_max, Apply apply) {
+  using Quant = ActBlockQuant<kActPrecision, 64>;
+  if constexpr (kA4SharedScales<kNT>) {
+    static_assert(BlockMax::kBlockWarps == 1, "a4's blocks lie in one warp");
+    float scale[kNT][2];
+    a4_column_block_scales<kNT>(amax, gs, scale);
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) apply(nt, c, Quant::from_a4_scale(scale[nt][c], gs));
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) amax[nt][c] = block_amax_bits<0x1C>(amax[nt][c]);
+    block_max(amax);
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) apply(nt, c, Quant(amax[nt][c], gs));
+  }
+}
+
 // The slab's quantized FC1 outputs in the MMA accumulator layout: v[nt * 4 + i] is row g + 8 (i >> 1) and
 // column nt * 8 + 2 * (lane & 3) + (i & 1) (g = lane >> 2), with 0 where there is no value (a column past
-// the tile, a slab past the matrix). Each becomes the key's operand value times 2^64 (a4 without 1/gs):
-// the block maximum over the column's 16 rows (the 8 lanes of one lane % 4), then over the block's other
-// slab where BlockMax says so (a4 with 4 or more n-tiles: a4_column_block_scales, one scale per lane).
-// gs: a4's global scale of the intermediate. Every lane of the warp calls it.
+// the tile, a slab past the matrix). Each becomes the key's operand value times 2^64 (a4 without 1/gs), by
+// its column's quantizer (with_column_quantizers). gs: a4's global scale of the intermediate. Every lane of
+// the warp calls it.
 template <int kNT, class BlockMax>
 MOEJIT_DEVICE void quantize_slab_columns(float (&v)[kNT * 4], float gs, BlockMax block_max) {
   static_assert(kActPrecision == kActA16 || 16 * BlockMax::kBlockWarps == kActBlock<kActPrecision>,
@@ -135,31 +165,8 @@ MOEJIT_DEVICE void quantize_slab_columns(float (&v)[kNT * 4], float gs, BlockMax
       const unsigned a = __float_as_uint(v[nt * 4 + c]) & 0x7FFFFFFFu, b = __float_as_uint(v[nt * 4 + 2 + c]) & 0x7FFFFFFFu;
       amax[nt][c] = a > b ? a : b;
     }
-  if constexpr (kA4SharedScales<kNT>) {
-    static_assert(BlockMax::kBlockWarps == 1, "a4's blocks lie in one warp");
-    float scale[kNT][2];
-    a4_column_block_scales<kNT>(amax, gs, scale);
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const auto q = ActBlockQuant<kActA4, 64>::from_a4_scale(scale[nt][c], gs);
-        v[nt * 4 + c] = q(v[nt * 4 + c]);
-        v[nt * 4 + 2 + c] = q(v[nt * 4 + 2 + c]);
-      }
-    return;
-  }
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-    for (int c = 0; c < 2; ++c) amax[nt][c] = block_amax_bits<0x1C>(amax[nt][c]);
-  block_max(amax);
-#pragma unroll
-  for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const ActBlockQuant<kActPrecision, 64> q(amax[nt][c], gs);
-      v[nt * 4 + c] = q(v[nt * 4 + c]);
-      v[nt * 4 + 2 + c] = q(v[nt * 4 + 2 + c]);
-    }
+  with_column_quantizers<kNT>(amax, gs, block_max, [&](int nt, int c, const ActBlockQuant<kActPrecision, 64>& q) {
+    v[nt * 4 + c] = q(v[nt * 4 + c]);
+    v[nt * 4 + 2 + c] = q(v[nt * 4 + 2 + c]);
+  });
 }
