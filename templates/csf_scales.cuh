@@ -61,46 +61,26 @@ struct CsfSlab {
   u32 start;
 };
 
-// Per-warp reading state of one slab, five registers beside the ring (it lives through the chunk loop of
-// kernels at their register caps): the base bytes, a cursor into the slab's list, how many chunks remain
-// until the chunk of the record it points at (uniform over the warp: every lane walks the same list and
-// the same chunks), and a window of the list's records, one word per lane. The window is loaded with the
-// slab's start, so applying a record is a shuffle: a load from the list inside the chunk loop would be a
-// round trip on the consumer's dependent chain for every record (most lists of real layers have 10 to 40).
-// Only a list longer than the window loads its next words, once per 32 records.
-// kStride: chunks between a warp's consecutive chunks (its K parts). CsfWarpReader's building block.
+// Per-warp reading state of one slab, three registers beside the ring (it lives through the chunk
+// loop of kernels at their register caps): the base bytes, a cursor into the slab's list, and how many
+// chunks remain until the chunk of the record it points at (uniform over the warp: every lane walks the
+// same list and the same chunks). kStride: chunks between a warp's consecutive chunks (its K parts).
+// CsfWarpReader's building block.
 template <bool kNvfp4, int kMats, int kStride>
 struct CsfReader {
   static_assert(kMats == 1 || kMats == 2, "one or two matrices");
-  u32 bases;        // kMats 1: the base pattern; 2: rows (g, g + 8) of matrix 0 | of matrix 1 << 16
-  u32 cursor;       // the next record not yet passed (an index into exc), and CsfSlab::start's bit 31
-  int gap;          // its chunk minus the chunk of the warp's next step
-  u32 window;       // exc[window_base + lane]
-  u32 window_base;  // the index of the window's first word
+  u32 bases;   // kMats 1: the base pattern; 2: rows (g, g + 8) of matrix 0 | of matrix 1 << 16
+  u32 cursor;  // the next record not yet passed (an index into exc), and CsfSlab::start's bit 31
+  int gap;     // its chunk minus the chunk of the warp's next step
 
   // second (kMats 2): the second matrix exists; a one-matrix plane's slab pair whose second slab lies past
   // the plane (an odd slab count) has no base bytes there, and its rows are dropped by the caller.
-  // All lanes of the warp call it together (the window's first record is a shuffle).
   MOEJIT_DEVICE void begin(const CsfSlab& s, int g, int first_chunk, bool second = true) {
     const u32 pair0 = *reinterpret_cast<const u16*>(s.base + 2 * g);  // rows g, g + 8
     const u32 pair1 = kMats == 2 && second ? (u32)*reinterpret_cast<const u16*>(s.base + 16 + 2 * g) : pair0;
     bases = kMats == 2 ? pair0 | pair1 << 16 : pair0 * 0x00010001u;
     cursor = s.start;
-    load_window(cursor & 0x7FFFFFFFu, s.exc);
-    gap = (int)(record(cursor & 0x7FFFFFFFu, s.exc) >> 16) - first_chunk;
-  }
-
-  // The window's words from list index `from` on. Past a list's sentinel lie the next lists and, after the
-  // last list, 32 sentinels: a window that starts at or before a sentinel stays inside the array.
-  MOEJIT_DEVICE void load_window(u32 from, const u32* exc) {
-    window_base = from;
-    window = __ldg(exc + from + lane_id());
-  }
-
-  // Record `index` of the list (uniform over the warp), from the window, moved on when it is passed.
-  MOEJIT_DEVICE u32 record(u32 index, const u32* exc) {
-    if (index - window_base >= 32u) load_window(index, exc);
-    return __shfl_sync(0xffffffffu, window, (int)(index - window_base));
+    gap = (int)(__ldg(s.exc + (cursor & 0x7FFFFFFFu)) >> 16) - first_chunk;
   }
 
   // The lane's plain scale bytes (the u32x2 of fp4_decode.cuh block_scales) of each matrix for the
@@ -128,8 +108,7 @@ struct CsfReader {
   MOEJIT_DEVICE void patch(u32x2 (&s)[kMats], const u32* exc) {
     // The records this lane applies: its row group g = lane / 4 and, with one matrix, its slab's m bit.
     const u32 g = lane_id() >> 2, who = kMats == 2 ? g : g | (cursor >> 31) << 3;
-    u32 index = cursor & 0x7FFFFFFFu;
-    u32 r = record(index, exc);
+    u32 r = __ldg(exc + (cursor & 0x7FFFFFFFu));
     const u32 c = (r >> 16) - (u32)gap;
     while ((r >> 16) <= c) {
       const u32 key = (r >> 11) & 0xFu;
@@ -146,9 +125,9 @@ struct CsfReader {
           s[m].y = (s[m].y & ~my) | (byte & my);
         }
       }
-      r = record(++index, exc);
+      ++cursor;
+      r = __ldg(exc + (cursor & 0x7FFFFFFFu));
     }
-    cursor = (cursor & 0x80000000u) | index;
     gap = (int)((r >> 16) - c);
   }
 };
@@ -319,22 +298,6 @@ struct CsfPlaneArrays {
 #define MOEJIT_FC2_CSF_ARRAYS(p) CsfPlaneArrays{(p).s_base, (p).s_exc}
 #else
 #define MOEJIT_FC2_CSF_ARRAYS(p) CsfPlaneArrays{nullptr, nullptr}
-#endif
-// The lists' heads (s_head, s_head_words) where a kernel's parameters hold them (the decode and prefill
-// kernels that read the plane as CSF).
-struct CsfListHeads {
-  const u32* head;
-  int head_words;
-};
-#if MOEJIT_CSF_FC1
-#define MOEJIT_FC1_CSF_HEADS(p) CsfListHeads{(p).s_head, (p).s_head_words}
-#else
-#define MOEJIT_FC1_CSF_HEADS(p) CsfListHeads{nullptr, 0}
-#endif
-#if MOEJIT_CSF_FC2
-#define MOEJIT_FC2_CSF_HEADS(p) CsfListHeads{(p).s_head, (p).s_head_words}
-#else
-#define MOEJIT_FC2_CSF_HEADS(p) CsfListHeads{nullptr, 0}
 #endif
 
 // The CSF reading state of a warp that holds kPerWarp adjacent 16-row slabs of a plane of kMats matrices
