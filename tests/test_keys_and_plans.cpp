@@ -1066,6 +1066,26 @@ KernelKey layer_key_for_test(const LayerSpec& s) {
 }
 }  // namespace
 
+TEST_CASE("a8/a4 prefill FC1 runs two teams at the 128-token tile where H <= 4096", "[planner][prefill][precision]") {
+  ScopedEnv env{"MOEJIT_PREFILL_TILE_FC1", "MOEJIT_PREFILL_TILE_FC2"};
+  for (const char* name : {"gpt-oss-120b", "qwen3-30b-a3b", "deepseek-v3"}) {
+    LayerSpec s = load_model_config(name).local();
+    for (ActPrecision p : {ActPrecision::a16, ActPrecision::a8, ActPrecision::a4}) {
+      s.precision = p;
+      INFO(name << " " << to_string(p));
+      const Plan plan = tuned_plan(s, Arch::sm_90a, 8192, 132);
+      REQUIRE(plan.family == Family::prefill);
+      const KernelKey& fc1 = plan.kernels.at(1);
+      const KernelKey& fc2 = plan.kernels.at(2);
+      CHECK(fc1.ntiles == 16);
+      CHECK(fc1.groups == (p != ActPrecision::a16 && s.hidden <= 4096 ? 2 : 1));
+      CHECK(fc2.groups == 1);
+      CHECK(kernel_dynamic_smem(fc1) <= 200 * 1024);
+      CHECK(fc1.depth >= 3);
+    }
+  }
+}
+
 TEST_CASE("a8 and a4: keys, the kernel that refuses them, and plans with a16's families and tiles",
           "[planner][keys][precision]") {
   ScopedEnv env{"MOEJIT_DECODE_FC1", "MOEJIT_BATCH_TILE_FC1", "MOEJIT_BATCH_TILE_FC2"};
@@ -1112,6 +1132,13 @@ TEST_CASE("a8 and a4: keys, the kernel that refuses them, and plans with a16's f
           if (k.kind == KernelKind::batch_fc1 && p == ActPrecision::a8 && !k.wgmma) {
             CHECK(k.slabs == 2);
             same.slabs = plan16.kernels[i].slabs;
+          }
+          if (k.kind == KernelKind::prefill_fc1) {
+            // a8/a4's prefill FC1 at the 128-token tile runs two teams of one warpgroup each (its epilogue
+            // beside the other team's products) where H <= 4096, as gpt-oss-120b's is.
+            CHECK(k.groups == (k.ntiles == 16 ? 2 : 1));
+            same.groups = plan16.kernels[i].groups;
+            same.depth = plan16.kernels[i].depth;
           }
           CHECK(same.normalized() == plan16.kernels[i]);
         }

@@ -175,6 +175,10 @@ Plan plan(const PlanRequest& r) {
     k.depth = 1;
     while (k.depth < 7 && (k.depth + 2) * stage_bytes(k) + 1024 <= 200 * 1024) ++k.depth;
   };
+  // a8/a4 FC1 quantizes its output in the epilogue, where the tensor pipe idles; two teams of one warpgroup
+  // each overlap one team's epilogue with the other's products. Measured to pay at the 128-token tile for
+  // hidden sizes up to 4096 and to cost at DeepSeek-V3's 7168 (perf-log v44).
+  if (fc1.precision != ActPrecision::a16 && fc1.ntiles == 16 && r.spec.hidden <= 4096) fc1.groups = 2;
   fit_depth(fc1);
   fit_depth(fc2);
   // MOEJIT_PREFILL_TILE_FC1 / _FC2 override the tiles, for sweeps (both must keep one ntiles). With one of
