@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -73,6 +74,21 @@ inline CliResult run_cli(const std::vector<std::string>& args) {
   std::string cmd = shell_quote(bin);
   for (const auto& a : args) cmd += " " + shell_quote(a);
   return run_cli_command(cmd);
+}
+
+// Compiles kernel keys into the cache ($MOEJIT_CACHE_DIR) 16 CLI processes at a time (`moejit inspect KEY
+// --emit resources`): NVRTC serializes compiles within a process, so a test over many tile variants
+// compiles its kernels first this way and then finds them cached. Fails the test on any compile error.
+inline void compile_keys(const std::set<std::string>& keys) {
+  if (keys.empty()) return;
+  std::string list;
+  for (const std::string& k : keys) list += k + "\n";
+  // The reports go nowhere, the errors into the result.
+  const std::string cmd = "{ printf %s " + shell_quote(list) + " | xargs -P 16 -I KEY " + shell_quote(cli_binary()) +
+                          " inspect KEY --emit resources 2>&1 >/dev/null; }";
+  const CliResult r = run_cli_command(cmd);
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
 }
 
 }  // namespace moejit_test

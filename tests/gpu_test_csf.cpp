@@ -14,9 +14,11 @@
 #include <fmt/format.h>
 
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "cli_process.hpp"
 #include "golden_dir.hpp"
 #include "gpu_support.hpp"
 #include "moejit/csf_layer.hpp"
@@ -156,7 +158,7 @@ struct TokenTileVariant {
 
 // Register-fed batch kernels with block scales on the fp32 results (1-2 column tiles) and on the weights
 // (4-8), one and two slabs per warp; warpgroup-MMA batch kernels; prefill with FC2 over slab pairs and
-// single slabs, one to three consumer warpgroups, narrow and wide tiles.
+// single slabs, one to three consumer warpgroups, narrow and wide tiles, two teams, clusters of two CTAs.
 const TokenTileVariant kTokenTileVariants[] = {
     {Family::batch},
     {Family::batch, "w4n1d3", "w4n1d3"},
@@ -169,6 +171,8 @@ const TokenTileVariant kTokenTileVariants[] = {
     {Family::prefill, "w8n16d3", "w8n16d3s2", true},
     {Family::prefill, "w4n2d1", "w4n2d1", true},
     {Family::prefill, "w12n8d2", "w12n8d2s2", true},
+    {Family::prefill, "w8n16d6g2", "w8n16d7g2s2", true},
+    {Family::prefill, "w8n16d6p2", "w8n16d7p2", true},
 };
 
 // Outputs of `plain` prepared with plain scale reads and with CSF scale reads, compared exactly for each
@@ -184,6 +188,20 @@ void expect_identical_token_tiles(const HostLayer& plain, const std::vector<int>
   // Every kernel an a16 layer plans reads CSF, so the CSF layer keeps no plain planes.
   const PreparedScaleBytes b = p_csf->scale_bytes();
   CHECK(p_csf->device_bytes() == p_plain->device_bytes() - b.fc1_plain - b.fc2_plain + b.fc1_csf + b.fc2_csf);
+  // Every variant's kernels, plain and CSF, compiled first in parallel processes (NVRTC serializes compiles
+  // within one), then found in the cache by the forwards below.
+  std::set<std::string> keys;
+  for (const TokenTileVariant& v : variants) {
+    if (v.sm90 && base.arch() != Arch::sm_90a) continue;
+    v.apply();
+    Runtime& rt = tuned_runtime();
+    for (int m : tokens)
+      for (const PreparedLayer* layer : {p_plain.get(), p_csf.get()}) try {
+          for (const KernelKey& k : rt.plan(*layer, m, v.family).kernels) keys.insert(k.str());
+        } catch (const Error&) {
+        }
+  }
+  moejit_test::compile_keys(keys);
   int compared = 0;
   for (const TokenTileVariant& v : variants) {
     if (v.sm90 && base.arch() != Arch::sm_90a) continue;

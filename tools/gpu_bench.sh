@@ -25,7 +25,7 @@ run_row() {  # name, then the bench arguments
   local start=$(date +%s)
   timeout "$limit" "$cli" bench "$@" > "$logs/$name.log" 2>&1
   echo "### $name rc=$? $(( $(date +%s) - start ))s: bench $*"
-  grep -E '^(bench| +M | +[0-9]+ |prepared)' "$logs/$name.log"
+  grep -E '^(bench| +M | *[0-9]+ |prepared)' "$logs/$name.log"
 }
 for row in $rows; do
   for c in $configs; do
