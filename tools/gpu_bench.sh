@@ -10,7 +10,8 @@
 #   (M = 64..2048, the batch regime), cutover (the planned family against the batch family at 48, 56 and
 #   64 pairs per expert, around the prefill family's cutover), sweep (the planned family at every power of two
 #   M = 1..16384 with the dense ceiling: the issue's final table)
-#   CONFIGS (default: gpt-oss-120b deepseek-v3 qwen3-30b-a3b), ROW_TIMEOUT (seconds, default 150)
+#   CONFIGS (default: gpt-oss-120b deepseek-v3 qwen3-30b-a3b), ROW_TIMEOUT (seconds for each bench, default
+#   150; the row's kernels are compiled before it, in parallel, outside that limit)
 set -u
 cli=$1 logs=$2
 shift 2
@@ -19,12 +20,44 @@ configs=${CONFIGS:-gpt-oss-120b deepseek-v3 qwen3-30b-a3b}
 limit=${ROW_TIMEOUT:-150}
 mkdir -p "$logs"
 export MOEJIT_CACHE_DIR=${MOEJIT_CACHE_DIR:-$logs/cache}
+# The kernels a row's bench will run, compiled first by parallel processes (NVRTC serializes compiles within
+# one process, so a bench that compiles its own kernels spends most of a short row compiling): the plan's
+# keys for each precision (with the row's --family and the tile overrides in the environment), and, for a
+# CSF row, prewarm's plain and CSF keys up to the row's largest M. Failures surface in the bench itself.
+warm_row() {  # the bench arguments
+  local config=gpt-oss-120b tokens=1 family=auto precisions="" scales=plain
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --config) config=$2; shift ;;
+      --tokens) tokens=$2; shift ;;
+      --family) family=$2; shift ;;
+      --precision) precisions=${2//,/ }; shift ;;
+      --scales) scales=$2; shift ;;
+    esac
+    shift
+  done
+  local jobs=$(nproc) p
+  for p in ${precisions:-default}; do
+    if [ "$p" = default ]; then
+      "$cli" plan --config "$config" --tokens "$tokens" --family "$family"
+    else
+      "$cli" plan --config "$config" --tokens "$tokens" --family "$family" --precision "$p"
+    fi 2>/dev/null | grep -oE '[a-z0-9_]+:sm_[0-9a-z]+:[^ ]+'
+  done | sort -u | xargs -r -P "$jobs" -I KEY "$cli" inspect KEY --emit resources > /dev/null 2>&1
+  if [ "$scales" != plain ]; then
+    local most=$(tr ',' '\n' <<< "$tokens" | sort -n | tail -1)
+    "$cli" prewarm --config "$config" --scales both --max-tokens "$most" --jobs "$jobs" --quiet > /dev/null 2>&1
+  fi
+}
 run_row() {  # name, then the bench arguments
   local name=$1
   shift
   local start=$(date +%s)
+  warm_row "$@"
+  local warmed=$(( $(date +%s) - start ))
+  start=$(date +%s)
   timeout "$limit" "$cli" bench "$@" > "$logs/$name.log" 2>&1
-  echo "### $name rc=$? $(( $(date +%s) - start ))s: bench $*"
+  echo "### $name rc=$? ${warmed}s compiling, $(( $(date +%s) - start ))s: bench $*"
   grep -E '^(bench| +M | *[0-9]+ |prepared)' "$logs/$name.log"
 }
 for row in $rows; do
