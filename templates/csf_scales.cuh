@@ -299,22 +299,6 @@ struct CsfPlaneArrays {
 #else
 #define MOEJIT_FC2_CSF_ARRAYS(p) CsfPlaneArrays{nullptr, nullptr}
 #endif
-// The lists' heads (s_head, s_head_words) where a kernel's parameters hold them (the decode and prefill
-// kernels that read the plane as CSF).
-struct CsfListHeads {
-  const u32* head;
-  int head_words;
-};
-#if MOEJIT_CSF_FC1
-#define MOEJIT_FC1_CSF_HEADS(p) CsfListHeads{(p).s_head, (p).s_head_words}
-#else
-#define MOEJIT_FC1_CSF_HEADS(p) CsfListHeads{nullptr, 0}
-#endif
-#if MOEJIT_CSF_FC2
-#define MOEJIT_FC2_CSF_HEADS(p) CsfListHeads{(p).s_head, (p).s_head_words}
-#else
-#define MOEJIT_FC2_CSF_HEADS(p) CsfListHeads{nullptr, 0}
-#endif
 
 // The CSF reading state of a warp that holds kPerWarp adjacent 16-row slabs of a plane of kMats matrices
 // (the batch and prefill families, whose stages order a warp's A operands slab-major: operand a = slab j x

@@ -17,8 +17,7 @@
 // The FC kernels: one CTA per SM walks work units (tile, row group) in turn (unit = CTA id + i * grid).
 // Warpgroup kWarps / 4 is the producer: its first warp moves each chunk's B block (one bulk copy), kWarps
 // slabs of prepared weights and their scales (cp.async pieces) into a ring of kStages shared-memory
-// stages, all completing on the stage's "full" mbarrier (CSF scales: the producer warpgroup's next warps
-// rebuild the plain scale bytes into the stage instead, prefill_rebuild_scales); warps 0..kWarps-1 (kWarps / 4 consumer warpgroups) decode their slab's FP4 into the A
+// stages, all completing on the stage's "full" mbarrier; warps 0..kWarps-1 (kWarps / 4 consumer warpgroups) decode their slab's FP4 into the A
 // registers of m64nNk16 wgmmas against the stage's B, and release the stage on its "empty" mbarrier once
 // the MMAs that read it are done. No CTA-wide barrier in the loop: the producer runs ahead across units
 // (so the next unit's copies overlap this unit's epilogue) while the consumers compute.
@@ -166,9 +165,8 @@ __device__ void moe_prefill_gather(const PrefillFc1Params& p) {
   }
 }
 
-// The ring's barriers: full[s] (the producer's announcement of the B block's bytes, one arrival per
-// producer lane when its weight and scale pieces have landed and, reading CSF, one per rebuild warp when
-// its scale bytes are stored) and empty[s] (one arrival per consumer warp).
+// The ring's barriers: full[s] (the producer's announcement of the B block's bytes and one arrival per
+// producer lane when its weight and scale pieces have landed) and empty[s] (one arrival per consumer warp).
 template <int kStages>
 struct PrefillBarriers {
   u32 base;  // shared address of full[0]; empty[s] follows the kStages full barriers
@@ -214,8 +212,8 @@ struct RingCursor {
 // kWarps x kPerWarp slabs, warp w's from slab w x kPerWarp on; slabs past the matrix copy the last one
 // (their rows are dropped). kCluster 2: the two CTAs of a cluster work on one tile (row groups 2i and
 // 2i + 1) and share its B blocks: each copies half of a block's rows (whole 8-row swizzle blocks; rank 0
-// the first half) into both CTAs' stage at once, so the full barrier of each still counts the whole block.
-// kCsf: no scale bytes are copied; the CSF rebuild warps store them (prefill_rebuild_scales).
+// the first half) into both CTAs' stage at once, so the full barrier of each still counts the whole block. kCsf: s is a prepared CSF plane's offsets, and the slabs' offsets of the chunk
+// take the place of their scale bytes (StageScales: half of NVFP4's bytes, an eighth of MXFP4's).
 template <bool kNvfp4, int kChunks, int kMats, int kPerWarp, int kSlabs, int kWarps, int kN, int kStages, bool kCsf,
           int kCluster>
 MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w, const u8* s, int expert, int group,
@@ -247,7 +245,16 @@ MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w
       const size_t slab = (size_t)expert * kSlabs + min(group * kGroupSlabs + si, kSlabs - 1);
       cp_async_16(at + Stage::kBBytes + i * 16, wb + ((slab * kChunks + c) * kRunPieces + piece) * 16, 16);
     }
-    if constexpr (!kCsf) {
+    if constexpr (kCsf) {
+      using SS = StageScales<kNvfp4, kMats, true>;
+#pragma unroll
+      for (int i = lane; i < kGroupSlabs * SS::kPieces; i += 32) {
+        const int si = i / SS::kPieces, piece = i % SS::kPieces;
+        const size_t slab = (size_t)expert * kSlabs + min(group * kGroupSlabs + si, kSlabs - 1);
+        cp_async_piece<SS::kPieceBytes>(at + Stage::kBBytes + Stage::kWeightBytes + i * SS::kPieceBytes,
+                                        s + (slab * kChunks + c) * SS::kSlabBytes + piece * SS::kPieceBytes);
+      }
+    } else {
 #pragma unroll
       for (int i = lane; i < kGroupSlabs * kScalePieces; i += 32) {
         const int si = i / kScalePieces, piece = i % kScalePieces;
@@ -261,128 +268,21 @@ MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w
   }
 }
 
-// CSF rebuild warps of the prefill kernels (kCsf): the producer warpgroup's warps after the first (idle
-// otherwise), two where a unit's operands (kOps: its slabs x matrices, a multiple of 4) split into two
-// shares of whole lanes' items (a multiple of 8), else one.
-template <int kOps>
-inline constexpr int kPrefillRebuildWarps = kOps % 8 == 0 ? 2 : 1;
-
-// A CSF rebuild warp's work for one unit (kCsf): per chunk, the plain scale bytes of its share of the
-// unit's operands are rebuilt from the prepared CSF plane (csf_scales.cuh) and stored into the stage where
-// the plain kernels' producer copies them, as soon as the stage is empty; then the warp arrives on the
-// stage's full barrier (lane 0, after a __syncwarp that orders the lanes' stores before its release; the
-// consumers' wait acquires). The stores are done while the stage's weights are still in flight, so the
-// consumers' chain and the stage's path to them are the plain kernels' own. Each lane keeps its offsets
-// words of the next kPrefillRebuildAhead chunks in flight (one load per chunk would make the warp wait a
-// memory round trip per stage, slower than the consumers take stages). Rebuild warp h of
-// kPrefillRebuildWarps takes operands [h, h + 1) x kOps (operand = slab of the unit x kMats + matrix). Per
-// lane: items (operand, row group g = lane % 8) of operands lane / 8 + 4k of its share, each one offsets
-// word per chunk and the row pair's base pattern, loaded once per unit. Records: the share's lists (one
-// per FC1 slab, one per slab pair of a one-matrix plane: either way list l of the share names operands
-// 2l + its m bit), 32 records of each in a register per lane, from the list's head: a walk with a
-// dependent load per record made the rebuild warp, and so every stage, wait on memory (perf-log v44).
-// Slabs past the matrix rebuild the last slab's bytes (their rows are dropped).
-inline constexpr int kPrefillRebuildAhead = 4;
-template <bool kNvfp4, int kChunks, int kMats, int kPerWarp, int kSlabs, int kWarps, int kN, int kStages>
-MOEJIT_DEVICE void prefill_rebuild_scales(const u8* s, const CsfPlaneArrays& a, const CsfListHeads& heads, int expert,
-                                          int group, int h, u8* ring_ptr, const PrefillBarriers<kStages>& bars,
-                                          RingCursor<kStages>& cur) {
-  using Stage = PrefillStage<kNvfp4, kPerWarp * kMats, kWarps, kN>;
-  using CG = CsfGeometry<kNvfp4>;
-  constexpr int kGroupSlabs = kWarps * kPerWarp;
-  constexpr int kOps = kGroupSlabs * kMats / kPrefillRebuildWarps<kGroupSlabs * kMats>;  // this warp's share
-  constexpr int kLists = kOps / 2;
-  constexpr int kPerLane = kOps * 8 / 32;
-  constexpr int kAhead = kPrefillRebuildAhead;
-  static_assert(kOps % 4 == 0 && kLists <= 32, "whole items per lane, a list per lane");
-  const int lane = lane_id(), g = lane & 7;
-  const int op0 = h * kOps;
-  const u8* from[kPerLane];  // the item's offsets word of chunk 0
-  u32 pattern[kPerLane];
-#pragma unroll
-  for (int k = 0; k < kPerLane; ++k) {
-    const int op = op0 + (lane >> 3) + 4 * k;
-    const size_t slab = (size_t)expert * kSlabs + min(group * kGroupSlabs + op / kMats, kSlabs - 1);
-    from[k] = s + (slab * kChunks * kMats + op % kMats) * CG::kBytesPerChunk + (kNvfp4 ? 4 * g : 0);
-    pattern[k] = (u32)__ldg(reinterpret_cast<const unsigned short*>(a.base + (slab * kMats + op % kMats) * 16) + g) *
-                 0x00010001u;
-  }
-  u32 word[kAhead][kPerLane];
-#pragma unroll
-  for (int j = 0; j < kAhead; ++j)
-#pragma unroll
-    for (int k = 0; k < kPerLane; ++k)
-      word[j][k] = j < kChunks ? ld_stream_4(from[k] + (size_t)j * kMats * CG::kBytesPerChunk) : 0u;
-  // Records: lane l holds record taken[j] + l of the share's list j (the list's head first), so a chunk's
-  // records are stored by the lanes that hold them, with no load in the chunk loop; past a list's end the
-  // lanes hold sentinels, whose chunk no chunk has.
-  auto list_of = [&](int j) {
-    const int slab = min(group * kGroupSlabs + (op0 + 2 * j) / kMats, kSlabs - 1);
-    return kMats == 2 ? (size_t)expert * kSlabs + slab : (size_t)expert * ((kSlabs + 1) / 2) + slab / 2;
-  };
-  u32 rec[kLists], taken[kLists];
-#pragma unroll
-  for (int j = 0; j < kLists; ++j) {
-    rec[j] = __ldg(heads.head + list_of(j) * heads.head_words + lane);
-    taken[j] = 0u;
-  }
-#pragma unroll 1
-  for (int c0 = 0; c0 < kChunks; c0 += kAhead) {
-#pragma unroll
-    for (int j = 0; j < kAhead; ++j) {
-      const int c = c0 + j;
-      if (kChunks % kAhead != 0 && c >= kChunks) break;
-      mbarrier_wait(bars.empty(cur.stage), cur.phase ^ 1u);
-      u8* const area = ring_ptr + cur.stage * Stage::kBytes + Stage::kBBytes + Stage::kWeightBytes +
-                       op0 * CG::kPlainBytesPerChunk;
-#pragma unroll
-      for (int k = 0; k < kPerLane; ++k) {
-        const int op = (lane >> 3) + 4 * k;
-        const u32 w = word[j][k];
-        u8* const at = area + op * CG::kPlainBytesPerChunk + g * CG::kPlainBytesPerLane;
-        if (kNvfp4) {  // no carries: base + offset <= 255 for every byte kept
-          *reinterpret_cast<u32x2*>(at) = u32x2{(w & 0x0F0F0F0Fu) + pattern[k], ((w >> 4) & 0x0F0F0F0Fu) + pattern[k]};
-        } else {  // bit i of nibble g -> bit 8i
-          *reinterpret_cast<u32*>(at) = ((((w >> (4 * g)) & 0xFu) * 0x00204081u) & 0x01010101u) + pattern[k];
-        }
-        if (c + kAhead < kChunks) word[j][k] = ld_stream_4(from[k] + (size_t)(c + kAhead) * kMats * CG::kBytesPerChunk);
-      }
-      __syncwarp();  // the words before the records' bytes that replace some of theirs
-#pragma unroll
-      for (int l = 0; l < kLists; ++l) {
-        for (;;) {
-          const u32 r = rec[l];
-          if ((r >> 16) == (u32)c)
-            area[(2u * l + ((r >> 14) & 1u)) * CG::kPlainBytesPerChunk + ((r >> 11) & 7u) * CG::kPlainBytesPerLane +
-                 ((r >> 8) & 7u)] = (u8)r;
-          // All 32 records of the window at or before this chunk: the list's next 32 (a list longer than 32
-          // records; its start is loaded only then), the lanes past its sentinel given sentinels.
-          if ((__shfl_sync(0xffffffffu, r, 31) >> 16) > (u32)c) break;
-          taken[l] += 32u;
-          const u32 w = __ldg(a.exc + __ldg(a.exc + list_of(l)) + taken[l] + lane);  // exc ends with 32 sentinels
-          const u32 ends = __ballot_sync(0xffffffffu, w == kCsfSentinel);
-          rec[l] = ends != 0u && lane >= __ffs(ends) - 1 ? kCsfSentinel : w;
-        }
-      }
-      __syncwarp();
-      if (lane == 0) mbarrier_arrive(bars.full(cur.stage));  // the warp's stores, released to the consumers' wait
-      cur.advance();
-    }
-  }
-}
-
 // The consumers' product of one unit: acc[a] = the rows of this warp's A operand a (slab a / matrices,
 // matrix a % matrices) x the tile's kNW columns, over K = 64 kChunks. Per chunk: wait for the stage, load the warp's weight run and scales,
 // then per k16 step decode into a two-slot A ring (the slot's last reader, step j - 2, done: wgmma_wait<1>)
 // and issue the step's kMats wgmmas as one group. Chunk c - 1's stage is released at chunk c's second
 // step, once every MMA of chunk c - 1 is done.
-// CSF scales are read as plain ones: the rebuild warps stored the stage's scale bytes
-// (prefill_rebuild_scales).
+// CSF scales (Csf a CsfWarpReader, begun for the unit's slabs): the stage holds the operands' offsets
+// words; the warp rebuilds its lane's scale bytes in registers from them (csf_exc: the plane's lists).
 // kWarps: the unit's warps; kTeamed: the CTA's consumer warps form teams, and team_warp is this warp's
 // index among its team's (else the warp index itself).
-template <bool kNvfp4, int kChunks, int kA, int kWarps, int kN, int kNW, int kStages, bool kRawB, bool kTeamed, int kCluster>
+template <bool kNvfp4, int kChunks, int kA, int kWarps, int kN, int kNW, int kStages, bool kRawB, bool kTeamed, int kCluster,
+          class Csf>
 MOEJIT_DEVICE void prefill_consume(u32 ring, const u8* ring_ptr, const PrefillBarriers<kStages>& bars,
-                                   RingCursor<kStages>& cur, float (&acc)[kA][kNW / 2], int team_warp) {
+                                   RingCursor<kStages>& cur, float (&acc)[kA][kNW / 2], Csf& csf,
+                                   const u32* csf_exc, int team_warp) {
+  constexpr bool kCsf = Csf::kReads;
   using SG = ScaleGeometry<kNvfp4>;
   using Stage = PrefillStage<kNvfp4, kA, kWarps, kN>;
   const int lane = lane_id(), warp = kTeamed ? team_warp : threadIdx.x >> 5, g = lane >> 2;
@@ -404,9 +304,21 @@ MOEJIT_DEVICE void prefill_consume(u32 ring, const u8* ring_ptr, const PrefillBa
         prev = -1;
       }
     };
-    const u8* sr = at + Stage::kBBytes + Stage::kWeightBytes + warp * kA * Stage::kScaleChunk + g * SG::kBytesPerLane;
-    wgmma_slab_chunk<kNvfp4, kA, Stage::kScaleChunk, kRawB>(wr, sr, wgmma_desc_k_sw128(ring + stage * Stage::kBytes),
-                                                            ar, acc, release_previous);
+    if constexpr (kCsf) {
+      constexpr int kOffsetBytes = CsfGeometry<kNvfp4>::kBytesPerChunk;
+      const u8* orow = at + Stage::kBBytes + Stage::kWeightBytes + warp * kA * kOffsetBytes + Csf::lane_offset(g);
+      u32 words[kA];
+      u32x2 sc[kA];
+#pragma unroll
+      for (int a = 0; a < kA; ++a) words[a] = *reinterpret_cast<const u32*>(orow + a * kOffsetBytes);
+      csf.scales(words, sc, csf_exc);
+      wgmma_slab_chunk_from_registers<kNvfp4, kA, kRawB>(wr, sc, wgmma_desc_k_sw128(ring + stage * Stage::kBytes), ar,
+                                                        acc, release_previous);
+    } else {
+      const u8* sr = at + Stage::kBBytes + Stage::kWeightBytes + warp * kA * Stage::kScaleChunk + g * SG::kBytesPerLane;
+      wgmma_slab_chunk<kNvfp4, kA, Stage::kScaleChunk, kRawB>(wr, sr, wgmma_desc_k_sw128(ring + stage * Stage::kBytes),
+                                                              ar, acc, release_previous);
+    }
     prev = stage;
     cur.advance();
   }
@@ -467,9 +379,8 @@ inline constexpr bool kPrefillMidWidth =
 // before a unit's product (its loads are in flight while the product runs) and epilogue(t, slab0, acc,
 // preloaded) after it (acc[kA][kNW / 2], kNW the width run), also for slabs past the matrix (>= kSlabs).
 // Each walker reads the next unit's tile entry before working on the current one, so those dependent loads
-// are off the path too. kCsf: s is the plane's CSF offsets, csf_arrays and csf_heads its other arrays
-// (csf_scales.cuh); the producer warpgroup's next warps rebuild each stage's scale bytes from the offsets
-// the producer copies (prefill_rebuild_scales), and the consumers read them as the plain kernels do.
+// are off the path too. kCsf: s is the plane's CSF offsets and csf its other arrays (csf_scales.cuh); each
+// consumer warp begins its slabs' readers with the unit's preload.
 // kCluster 2 (one team only): the grid is clusters of two CTAs; cluster i walks units i, i + clusters, ...
 // of (tile, pair of row groups), its rank-r CTA taking row group 2 x pair + r (past the last group when
 // their count is odd: that CTA's products are dropped), so both read each B block once between them
@@ -478,15 +389,13 @@ inline constexpr bool kPrefillMidWidth =
 template <bool kNvfp4, int kChunks, int kMats, int kPerWarp, int kSlabs, int kWarps, int kTeams, int kN, int kStages,
           bool kRawB, bool kCsf, int kCluster, class Preload, class Epilogue>
 MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const u16* b_base, const u32x4* w, const u8* s,
-                              const CsfPlaneArrays& csf_arrays, const CsfListHeads& csf_heads, Preload preload,
-                              Epilogue epilogue) {
+                              const CsfPlaneArrays& csf_arrays, Preload preload, Epilogue epilogue) {
   constexpr int kA = kPerWarp * kMats;
   constexpr int kUnitWarps = kWarps / kTeams;
   constexpr int kGroupSlabs = kUnitWarps * kPerWarp;
   constexpr int kGroups = (kSlabs + kGroupSlabs - 1) / kGroupSlabs;
   constexpr int kPairs = (kGroups + kCluster - 1) / kCluster;  // units per tile: row groups, or pairs of them
   constexpr int kProducerRegs = kPrefillProducerRegs<kN, kA>;
-  constexpr int kRebuildWarps = kPrefillRebuildWarps<kGroupSlabs * kMats>;  // reading CSF
   static_assert(kWarps % 4 == 0 && kUnitWarps % 4 == 0 && kUnitWarps * kTeams == kWarps,
                 "whole consumer warpgroups in every team");
   static_assert(kCluster == 1 || (kCluster == 2 && kTeams == 1), "clusters of two CTAs, with one team");
@@ -500,8 +409,7 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
   const int warp = threadIdx.x >> 5;
   if (threadIdx.x == 0) {
     for (int st = 0; st < kStages; ++st) {
-      // The B block's announcement, every producer lane's copies and, reading CSF, every rebuild warp's stores.
-      mbarrier_init(bars.full(st), 1 + 32 + (kCsf ? kRebuildWarps : 0));
+      mbarrier_init(bars.full(st), 1 + 32);  // the B block's announcement, then every producer lane's copies
       mbarrier_init(bars.empty(st), kUnitWarps * kCluster);
     }
     if (kTeams > 1)
@@ -520,20 +428,6 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
   RingCursor<kStages> cur;
   if (warp >= kWarps) {
     warpgroup_release_registers<kProducerRegs>();
-    if constexpr (kCsf) {
-      const int h = warp - kWarps - 1;
-      if (h >= 0 && h < kRebuildWarps) {  // a CSF rebuild warp: the producer's walk over the units
-        int next = cluster < units ? prefill_tile<kN>(tiles, route, cluster / kPairs).expert : 0;
-        for (int unit = cluster; unit < units; unit += clusters) {
-          const int expert = next;
-          if (unit + clusters < units) next = prefill_tile<kN>(tiles, route, (unit + clusters) / kPairs).expert;
-          prefill_rebuild_scales<kNvfp4, kChunks, kMats, kPerWarp, kSlabs, kUnitWarps, kN, kStages>(
-              s, csf_arrays, csf_heads, expert, unit % kPairs * kCluster + rank, h, prefill_ring + (ring - smem_base), bars,
-              cur);
-        }
-        return;
-      }
-    }
     if (warp != kWarps) return;
     PrefillTile next = cluster < units ? prefill_tile<kN>(tiles, route, cluster / kPairs) : PrefillTile{};
     for (int unit = cluster; unit < units; unit += clusters) {
@@ -566,11 +460,13 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
     if (unit + stride < units) next = prefill_tile<kN>(tiles, route, (unit + stride) / kPairs);
     const int slab0 = (unit % kPairs * kCluster + rank) * kGroupSlabs + unit_warp * kPerWarp;
     const auto pre = preload(t, slab0);
+    typename CsfWarpReaderOf<kCsf, kNvfp4, kMats, kPerWarp, 1>::Type csf;
+    if constexpr (kCsf) csf.begin(csf_arrays, t.expert, slab0, kSlabs, lane_id() >> 2, 0);
     auto run = [&](auto width) {
       constexpr int kNW = decltype(width)::value;
       float acc[kA][kNW / 2];
       prefill_consume<kNvfp4, kChunks, kA, kUnitWarps, kN, kNW, kStages, kRawB, (kTeams > 1), kCluster>(
-          ring, ring_ptr, bars, cur, acc, unit_warp);
+          ring, ring_ptr, bars, cur, acc, csf, csf_arrays.exc, unit_warp);
       if (kTeams > 1 && lane_id() == 0) mbarrier_arrive(bars.turn(1 - team));  // the other team's turn
       epilogue(t, slab0, acc, pre);
     };
@@ -677,7 +573,7 @@ __device__ void moe_prefill_fc1(const PrefillFc1Params& p) {
     });
   };
   prefill_fc<kNvfp4, kChunks, kMats, 1, kSlabs, kWarps, kTeams, kN, kStages, true, kCsfFc1, kCluster>(
-      p.tiles, p.route, p.xb, p.w, p.s, MOEJIT_FC1_CSF_ARRAYS(p), MOEJIT_FC1_CSF_HEADS(p), preload, epilogue);
+      p.tiles, p.route, p.xb, p.w, p.s, MOEJIT_FC1_CSF_ARRAYS(p), preload, epilogue);
 }
 
 // FC2: partial[q, :] = act[q] . W2[e]^T + b2[e] in fp32 for every pair; moe_topk_combine weighs them by the
@@ -729,5 +625,5 @@ __device__ void moe_prefill_fc2(const PrefillFc2Params& p) {
     }
   };
   prefill_fc<kNvfp4, kChunks, 1, kPerWarp, kSlabs, kWarps, kTeams, kN, kStages, false, kCsfFc2, kCluster>(
-      p.tiles, p.route, p.act, p.w, p.s, MOEJIT_FC2_CSF_ARRAYS(p), MOEJIT_FC2_CSF_HEADS(p), preload, epilogue);
+      p.tiles, p.route, p.act, p.w, p.s, MOEJIT_FC2_CSF_ARRAYS(p), preload, epilogue);
 }

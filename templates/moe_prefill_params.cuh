@@ -21,8 +21,6 @@ struct PrefillFc1Params {
 #if MOEJIT_CSF_PLANE_FIELDS(MOEJIT_CSF_FC1)
   MOEJIT_PTR(const u8) s_base;   // CSF scales (s their offsets): base bytes [E][I/16][mats][8 groups][2 rows]
   MOEJIT_PTR(const u32) s_exc;   // CSF scales: list starts, then the records (csf_scales.cuh)
-  MOEJIT_PTR(const u32) s_head;  // CSF scales: each list's first words [lists][s_head_words] (the first two read)
-  i32 s_head_words;              // CSF scales: 32, 64 or 128 (include/moejit/csf_prepared.hpp)
 #endif
 };
 
@@ -42,8 +40,6 @@ struct PrefillFc2Params {
 #if MOEJIT_CSF_PLANE_FIELDS(MOEJIT_CSF_FC2)
   MOEJIT_PTR(const u8) s_base;   // CSF scales (s their offsets): base bytes [E][H/16][8 groups][2 rows]
   MOEJIT_PTR(const u32) s_exc;   // CSF scales: list starts, then the records (csf_scales.cuh)
-  MOEJIT_PTR(const u32) s_head;  // CSF scales: each list's first words [lists][s_head_words] (the first two read)
-  i32 s_head_words;              // CSF scales: 32, 64 or 128 (include/moejit/csf_prepared.hpp)
 #endif
 };
 
