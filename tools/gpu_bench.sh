@@ -6,7 +6,8 @@
 #   rows (default: all): precision (a16/a8/a4 side by side), csf (plain vs CSF reads), prefill (the
 #   planned prefill tiles at M = 4096 and 16384 with the dense ceiling), teams (two consumer-warpgroup
 #   teams against the planned tiles at M = 4096), teams-fc1 (FC1 alone on teams, a16/a8/a4, M = 2048..16384),
-#   pairs (clusters of two CTAs sharing each B block, p2, at M = 4096), wide (160-token tiles, n20, against the planned tiles at M = 4096 and 16384), batch
+#   pairs (clusters of two CTAs sharing each B block, p2, at M = 4096), deep (the planned prefill kernels
+#   against rings one stage deeper, FC1 d7 and FC2 d8, at M = 4096 and 16384), wide (160-token tiles, n20, against the planned tiles at M = 4096 and 16384), batch
 #   (M = 64..2048, the batch regime), cutover (the planned family against the batch family at 48, 56 and
 #   64 pairs per expert, around the prefill family's cutover), sweep (the planned family at every power of two
 #   M = 1..16384 with the dense ceiling: the issue's final table)
@@ -15,7 +16,7 @@
 set -u
 cli=$1 logs=$2
 shift 2
-rows=${*:-precision csf prefill teams teams-fc1 pairs wide batch cutover sweep}
+rows=${*:-precision csf prefill teams teams-fc1 pairs deep wide batch cutover sweep}
 configs=${CONFIGS:-gpt-oss-120b deepseek-v3 qwen3-30b-a3b}
 limit=${ROW_TIMEOUT:-150}
 mkdir -p "$logs"
@@ -79,6 +80,12 @@ for row in $rows; do
       pairs)
         MOEJIT_PREFILL_TILE_FC1=w8n16d6p2 MOEJIT_PREFILL_TILE_FC2=w8n16d7p2 \
           run_row "pairs_p2_$c" --config "$c" --family prefill --tokens 4096 --replays 5 --dense off ;;
+      deep)
+        # One ring stage more than the planner's 200 KB cap gives (sm_90a takes 227 KB): whether the stages'
+        # path to the consumers is exposed in the planned prefill kernels (perf-log v44).
+        run_row "deep_planned_$c" --config "$c" --family prefill --tokens 4096,16384 --replays 5 --dense off
+        MOEJIT_PREFILL_TILE_FC1=w8n16d7 MOEJIT_PREFILL_TILE_FC2=w8n16d8 \
+          run_row "deep_d7d8_$c" --config "$c" --family prefill --tokens 4096,16384 --replays 5 --dense off ;;
       wide)
         MOEJIT_PREFILL_TILE_FC1=w8n20d5 MOEJIT_PREFILL_TILE_FC2=w8n20d6 \
           run_row "wide_n20_$c" --config "$c" --family prefill --tokens 4096,16384 --replays 5 --dense off
