@@ -47,9 +47,10 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   if (tokens > f.max_tokens)
     throw Error(fmt::format("the {} family serves at most {} tokens, asked for {}", f.name, f.max_tokens, tokens));
   Plan plan = f.plan(detail::PlanRequest{spec, arch, tokens, sm_count > 0 ? sm_count : 132, tuning});
-  // a8/a4: the decode and batch families read the input quantized once per pair by the act_quant pre-pass
-  // (templates/moe_act_quant.cuh), launched first; the prefill family's gather quantizes as it gathers.
-  if (spec.precision != ActPrecision::a16 && plan.family != Family::prefill && !plan.kernels.empty())
+  // a8/a4: the act_quant pre-pass (templates/moe_act_quant.cuh) quantizes the input first, once per token
+  // or once per pair (the layer's a1_gs decides at prepare: runtime/families/act_quant.cpp); the prefill
+  // family's gather quantizes per pair itself, so a prefill forward skips a per-pair pass.
+  if (spec.precision != ActPrecision::a16 && !plan.kernels.empty())
     plan.kernels.insert(plan.kernels.begin(), detail::act_quant_key(spec, arch));
   return plan;
 }

@@ -28,6 +28,10 @@ struct PreparedLayerImpl final : PreparedLayer {
   };
   CsfBuffers fc1_csf_s, fc2_csf_s;
   bool fc1_csf = false, fc2_csf = false;
+  // a8/a4: x is quantized once per token, not once per routed pair: a8 always (its blocks have no global
+  // scale), a4 when every expert's a1_gs is the same value (prepare; then every pair of a token quantizes
+  // the token's row to the same bits).
+  bool x_quant_per_token = false;
   const LayerSpec& spec() const override { return layer_spec; }
   size_t device_bytes() const override {
     return fc1_w.size() + fc1_s.size() + fc1_gs.size() + fc1_bias.size() + fc2_w.size() + fc2_s.size() + fc2_gs.size() +

@@ -11,9 +11,10 @@ struct WorkspaceLayout {
   // act: FC1's output (decode and batch: one row per pair; prefill: token-tile blocks, at most pairs + 7 x
   // slots rows). partial: FC2's fp32 rows per pair, and the prefill family's blocks of the layer input
   // (written by its gather and read by its FC1 before FC2 writes partial rows). tiles, row_pair:
-  // the prefill family's tile table and each block row's pair.
+  // the prefill family's tile table and each block row's pair. xq (a8/a4 layers only): the layer input
+  // quantized once per token by the act_quant pre-pass (max_tokens rows of H; templates/moe_act_quant.cuh).
   size_t num_active = 0, active_expert = 0, active_offset = 0, pair_index = 0, counters = 0, act = 0, partial = 0;
-  size_t tiles = 0, row_pair = 0;
+  size_t tiles = 0, row_pair = 0, xq = 0;
   size_t barrier = 0;  // cooperative launch: [arrivals, generation]
   size_t total = 0;
 
@@ -41,6 +42,8 @@ struct WorkspaceLayout {
     w.partial = take(partial_bytes > x_block_bytes ? partial_bytes : x_block_bytes);
     w.tiles = take((1 + 3 * pairs) * sizeof(int32_t));
     w.row_pair = take(block_rows * sizeof(int32_t));
+    const size_t tokens = static_cast<size_t>(max_tokens < 1 ? 1 : max_tokens);
+    w.xq = take(spec.precision == ActPrecision::a16 ? 0 : tokens * spec.hidden * sizeof(uint16_t));
     w.barrier = take(2 * sizeof(uint32_t));
     w.total = at;
     return w;

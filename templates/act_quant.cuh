@@ -286,6 +286,7 @@ MOEJIT_AQ_FN float act_quant_value(float v, unsigned amax_bits, float gs) {
 MOEJIT_AQ_NS_END
 
 #if defined(__CUDACC__)
+#include "routing_params.cuh"  // fc1_x_row
 // The key's activation precision, passed by the generator (one kernel per translation unit): a16 when
 // unset.
 #ifndef MOEJIT_ACT_PRECISION
@@ -317,12 +318,13 @@ MOEJIT_DEVICE float act_fc2_gs(const float* gscale, int e) { return kActPrecisio
 // The fp32 multiplier that a4 folds into an FC's output: 1/gs of its activation operand (1 otherwise).
 MOEJIT_DEVICE float act_unscale(float gs) { return kActPrecision == kActA4 ? 1.f / gs : 1.f; }
 
-// FC1's operand row of routed pair q: a16 reads the token's row of the layer input x; a8/a4 read the pair's
-// row that the act_quant pre-pass wrote (moe_act_quant.cuh: x quantized once per pair, the operand values
-// without a4's 1/gs, which FC1 folds into its output multiplier), so FC1's loop is a16's.
+// FC1's operand row of routed pair q: a16 reads the token's row of the layer input x; a8/a4 read the row
+// that the act_quant pre-pass wrote (moe_act_quant.cuh: x quantized once per token, or once per pair where
+// a4's a1_gs differs between experts; the operand values without a4's 1/gs, which FC1 folds into its output
+// multiplier), so FC1's loop is a16's.
 template <int kH>
-MOEJIT_DEVICE const u16* fc1_x_row(const u16* x, int q, int top_k) {
-  return x + (size_t)(kActPrecision == kActA16 ? q / top_k : q) * kH;
+MOEJIT_DEVICE const u16* fc1_x_row(const u16* x, int q, const RoutingArgs& r) {
+  return x + (size_t)(kActPrecision == kActA16 || r.x_per_token ? q / r.top_k : q) * kH;
 }
 
 // Elements per scale block along K.

@@ -248,7 +248,7 @@ __device__ void moe_batch_fc1(const BatchFc1Params& p) {
   const int in_tile = min(kTile, t.count - t.first);
   const int live = (in_tile + 7) / 8;
   auto row_of = [&](int r) {
-    return fc1_x_row<kH>(p.x, t.pairs[t.first + min(r, in_tile - 1)], p.route.top_k);
+    return fc1_x_row<kH>(p.x, t.pairs[t.first + min(r, in_tile - 1)], p.route);
   };
   float acc[kNT][kPerWarp * kMats][4];
   batch_slab_mma<kNvfp4, kH, kMats, kPerWarp, kWarps, kNT, kStages, true, decltype(row_of), kCsfFc1>(

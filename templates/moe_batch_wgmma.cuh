@@ -227,7 +227,7 @@ __device__ void moe_batch_wgmma_fc1(const BatchFc1Params& p) {
   const int in_tile = min(kTile, t.count - t.first);
   __shared__ const u16* rows[kTile];
   for (int r = threadIdx.x; r < kTile; r += kWarps * 32)
-    rows[r] = fc1_x_row<kH>(p.x, t.pairs[t.first + min(r, in_tile - 1)], p.route.top_k);
+    rows[r] = fc1_x_row<kH>(p.x, t.pairs[t.first + min(r, in_tile - 1)], p.route);
   __syncthreads();
   float acc[kMats][kNT * 4];
   const float x_gs = act_fc1_x_gs<kMats>(p.gscale, t.expert);  // a4's global scale of x (1 otherwise)

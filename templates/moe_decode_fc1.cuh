@@ -42,7 +42,7 @@ __device__ void moe_decode_fc1_work(const DecodeFc1Params& p, const ExpertWork& 
     };
     auto pass_x_rows = [&](int pass, const u16* (&rows)[kNT]) {
       return pass_rows<kNT, kCols>(
-          pass, work.count, [&](int t) { return fc1_x_row<kH>(p.x, work.pairs[t], p.route.top_k); }, rows);
+          pass, work.count, [&](int t) { return fc1_x_row<kH>(p.x, work.pairs[t], p.route); }, rows);
     };
     if constexpr (kSlabPairs) {
       // Each group sums its K parts into its first warp, and the two first warps exchange their column

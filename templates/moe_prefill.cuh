@@ -108,8 +108,10 @@ MOEJIT_DEVICE void gather_quantized(const PrefillFc1Params& p, const u16* const*
 // The gather: CTA (t, y) fills chunks y*kPerCta.. of tile t's block of the layer input; CTA (t, 0) writes
 // the tile's table entry and its rows' pairs and top-k weights (FC2's epilogue), CTA (0, 0) the tile count.
 // Each thread stores one 16-byte piece of MMA column order from a k16 block of the row's true-K order.
-// a8/a4 (kActPrecision) quantize x here, once per routed pair, as the reference does (x's scale blocks run
-// along H; a4 with the tile's expert's a1_gs: kMats places it in FC1's scale plane, act_quant.cuh).
+// a8/a4 (kActPrecision): where the layer quantizes x once per token (route.x_per_token), the act_quant
+// pre-pass did it and x is its rows, copied as a16 copies x; otherwise (a4 with a1_gs per expert) x is
+// quantized here, once per routed pair, as the reference does (x's scale blocks run along H; with the
+// tile's expert's a1_gs: kMats places it in FC1's scale plane, act_quant.cuh).
 template <int kH, int kN, int kPerCta, int kMats = 2>
 __device__ void moe_prefill_gather(const PrefillFc1Params& p) {
   constexpr int kChunks = (kH + 63) / 64;
@@ -147,21 +149,23 @@ __device__ void moe_prefill_gather(const PrefillFc1Params& p) {
   const int items = min(kPerCta, kChunks - c0) * rows_in_block * 8;  // (chunk, row, 16-byte piece)
   u16* const tile_blocks = p.xb + (size_t)row_base * kChunks * 64;
   if constexpr (kActPrecision != kActA16) {
-    gather_quantized<kH, kChunks, kMats>(p, rows, t.expert, c0, items, rows_in_block, tile_blocks);
-  } else {
-    for (int it = threadIdx.x; it < items; it += blockDim.x) {
-      // Adjacent threads store the two pieces of one k16 block (one 32-byte sector); each loads the block.
-      const int h = it & 1, b = (it >> 1) & 3, r = (it >> 3) % rows_in_block, c = c0 + (it >> 3) / rows_in_block;
-      u32x4 lo{0u, 0u, 0u, 0u}, hi{0u, 0u, 0u, 0u};
-      if (rows[r] && (kH % 64 == 0 || c * 64 + b * 16 < kH)) {
-        const u32x4* src = reinterpret_cast<const u32x4*>(rows[r] + c * 64 + b * 16);
-        lo = src[0];
-        hi = src[1];
-      }
-      u16* block = tile_blocks + (size_t)c * rows_in_block * 64;
-      *reinterpret_cast<u32x4*>(block + tile_block_offset(r, b * 16 + 8 * h)) =
-          h ? u32x4{lo.y, lo.w, hi.y, hi.w} : u32x4{lo.x, lo.z, hi.x, hi.z};
+    if (!p.route.x_per_token) {
+      gather_quantized<kH, kChunks, kMats>(p, rows, t.expert, c0, items, rows_in_block, tile_blocks);
+      return;
     }
+  }
+  for (int it = threadIdx.x; it < items; it += blockDim.x) {
+    // Adjacent threads store the two pieces of one k16 block (one 32-byte sector); each loads the block.
+    const int h = it & 1, b = (it >> 1) & 3, r = (it >> 3) % rows_in_block, c = c0 + (it >> 3) / rows_in_block;
+    u32x4 lo{0u, 0u, 0u, 0u}, hi{0u, 0u, 0u, 0u};
+    if (rows[r] && (kH % 64 == 0 || c * 64 + b * 16 < kH)) {
+      const u32x4* src = reinterpret_cast<const u32x4*>(rows[r] + c * 64 + b * 16);
+      lo = src[0];
+      hi = src[1];
+    }
+    u16* block = tile_blocks + (size_t)c * rows_in_block * 64;
+    *reinterpret_cast<u32x4*>(block + tile_block_offset(r, b * 16 + 8 * h)) =
+        h ? u32x4{lo.y, lo.w, hi.y, hi.w} : u32x4{lo.x, lo.z, hi.x, hi.z};
   }
 }
 

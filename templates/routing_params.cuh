@@ -14,6 +14,10 @@ struct RoutingArgs {
   i32 pairs;                            // M*K
   i32 expert_begin;
   i32 top_k;
+  // a8/a4: 1 when FC1's input x holds the layer input already quantized, one row per token (the act_quant
+  // pre-pass ran per token: a8, or a4 with one a1_gs for every expert); 0 when the decode and batch
+  // families' x holds one quantized row per pair and the prefill gather quantizes per pair. Unused by a16.
+  i32 x_per_token;
 };
 
 MOEJIT_PARAMS_END

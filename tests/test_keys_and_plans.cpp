@@ -1075,8 +1075,13 @@ TEST_CASE("a8/a4 prefill FC1 runs two teams at the 128-token tile where H <= 409
       INFO(name << " " << to_string(p));
       const Plan plan = tuned_plan(s, Arch::sm_90a, 8192, 132);
       REQUIRE(plan.family == Family::prefill);
-      const KernelKey& fc1 = plan.kernels.at(1);
-      const KernelKey& fc2 = plan.kernels.at(2);
+      // a8/a4 plans start with the act_quant pre-pass.
+      const size_t fc1_at = p == ActPrecision::a16 ? 1 : 2;
+      REQUIRE(plan.kernels.size() == fc1_at + 2);
+      const KernelKey& fc1 = plan.kernels.at(fc1_at);
+      const KernelKey& fc2 = plan.kernels.at(fc1_at + 1);
+      REQUIRE(fc1.kind == KernelKind::prefill_fc1);
+      REQUIRE(fc2.kind == KernelKind::prefill_fc2);
       CHECK(fc1.ntiles == 16);
       CHECK(fc1.groups == (p != ActPrecision::a16 && s.hidden <= 4096 ? 2 : 1));
       CHECK(fc2.groups == 1);
@@ -1097,14 +1102,15 @@ TEST_CASE("a8 and a4: keys, the kernel that refuses them, and plans with a16's f
     s16.precision = ActPrecision::a16;
     // Every plan over the range names the precision in its FC1 and FC2 keys, never the streamed FC1; the
     // batch and prefill families run a16's tiles (warpgroup-MMA ones included), except a8's register-fed
-    // batch FC1, which holds two slabs per warp; the route kernel stays a16. The decode and batch plans
-    // start with the act_quant pre-pass (the prefill gather quantizes itself).
+    // batch FC1, which holds two slabs per warp; the route kernel stays a16. Every family's plan starts with
+    // the act_quant pre-pass (once per token or per pair; a prefill forward skips a per-pair pass, whose work
+    // its gather does).
     CHECK(prefill_from_tokens(s, Arch::sm_90a) == prefill_from_tokens(s16, Arch::sm_90a));
     for (int m = 1; m <= kMaxTokens; m = m < 64 ? m + 1 : m * 2) {
       Plan plan = tuned_plan(s, Arch::sm_90a, m, 132);
       const Plan plan16 = tuned_plan(s16, Arch::sm_90a, m, 132);
       CHECK(plan.family == plan16.family);
-      if (plan.family != Family::prefill) {
+      {
         REQUIRE(!plan.kernels.empty());
         const KernelKey& pre = plan.kernels.front();
         CHECK(pre.kind == KernelKind::act_quant);

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string_view>
 #include <vector>
@@ -101,6 +102,7 @@ std::shared_ptr<PreparedLayerImpl> prepare_layer(ModuleRegistry& modules, Arch a
   }
   auto layer = std::make_shared<PreparedLayerImpl>();
   layer->layer_spec = spec;
+  layer->x_quant_per_token = spec.precision == ActPrecision::a8;  // a4: below, from its a1_gs
   const PlaneGeometry g1 = fc1_geometry(spec), g2 = fc2_geometry(spec);
   const int rows1 = spec.fc1_rows();
   const int order = is_gated(spec.activation) ? order_code(spec.gate_up_order) : 0;
@@ -154,6 +156,7 @@ std::shared_ptr<PreparedLayerImpl> prepare_layer(ModuleRegistry& modules, Arch a
     p2.insert(p2.end(), a[1].begin(), a[1].end());
     layer->fc1_gs = DeviceBuffer::from(p1);
     layer->fc2_gs = DeviceBuffer::from(p2);
+    layer->x_quant_per_token = std::all_of(a[0].begin(), a[0].end(), [&](float g) { return g == a[0][0]; });
   } else {
     refuse(v.a1_gs, "a1_gs", "only the a4 precision has input scales");
     refuse(v.a2_gs, "a2_gs", "only the a4 precision has input scales");

@@ -18,6 +18,7 @@ RoutingArgs routing_args(const ForwardContext& ctx) {
   r.pairs = ctx.args.tokens * spec.top_k;
   r.expert_begin = spec.expert_begin;
   r.top_k = spec.top_k;
+  r.x_per_token = ctx.layer.x_quant_per_token ? 1 : 0;
   return r;
 }
 
