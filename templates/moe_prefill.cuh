@@ -36,9 +36,6 @@
 #include "topk_combine.cuh"
 #include "wgmma.cuh"
 #include "wgmma_slab_chunk.cuh"
-#ifndef MOEJIT_PREFILL_A_SLOTS
-#define MOEJIT_PREFILL_A_SLOTS 2
-#endif
 
 // One stage of the ring: the B block (kN rows of 128 bytes, 1024-aligned), then each consumer warp's
 // weight runs (kA = slabs per warp x matrices runs of 32 lanes x 16 bytes, slab-major) and scale bytes in
@@ -297,10 +294,7 @@ MOEJIT_DEVICE void prefill_consume(u32 ring, const u8* ring_ptr, const PrefillBa
   for (int m = 0; m < kA; ++m)
 #pragma unroll
     for (int i = 0; i < kNW / 2; ++i) acc[m][i] = 0.f;
-  // The A ring: 2 slots (one MMA group in flight while a warp decodes the next step) or, with
-  // MOEJIT_PREFILL_A_SLOTS 4, a slot per k16 step of the chunk (three in flight).
-  constexpr int kASlots = MOEJIT_PREFILL_A_SLOTS;
-  u32 ar[kASlots][kA][4];
+  u32 ar[2][kA][4];
   int prev = -1;
 #pragma unroll 1
   for (int c = 0; c < kChunks; ++c) {
@@ -309,7 +303,7 @@ MOEJIT_DEVICE void prefill_consume(u32 ring, const u8* ring_ptr, const PrefillBa
     const u8* at = ring_ptr + stage * Stage::kBytes;
     const u32x4* wr = reinterpret_cast<const u32x4*>(at + Stage::kBBytes) + warp * kA * 32 + lane;
     auto release_previous = [&](int st) {
-      if (st == kASlots - 1 && prev >= 0) {
+      if (st == 1 && prev >= 0) {
         if (lane == 0) prefill_release<kCluster>(bars, prev);  // every MMA of the previous chunk is done
         prev = -1;
       }

@@ -18,12 +18,10 @@
 //
 // kScalesInRegisters: sr is unused, and sc_regs holds the lane's scale bytes of each matrix, which the caller
 // rebuilt (CSF scales, csf_scales.cuh); wgmma_slab_chunk_from_registers below.
-template <bool kNvfp4, int kMats, int kScaleChunk, bool kRawB, int kAcc, class AfterWait, bool kScalesInRegisters = false,
-          int kSlots = 2>
-MOEJIT_DEVICE void wgmma_slab_chunk(const u32x4* wr, const u8* sr, u64 desc, u32 (&ar)[kSlots][kMats][4],
+template <bool kNvfp4, int kMats, int kScaleChunk, bool kRawB, int kAcc, class AfterWait, bool kScalesInRegisters = false>
+MOEJIT_DEVICE void wgmma_slab_chunk(const u32x4* wr, const u8* sr, u64 desc, u32 (&ar)[2][kMats][4],
                                     float (&acc)[kMats][kAcc], AfterWait after_wait, const u32x2* sc_regs = nullptr) {
   constexpr int kStepsPerBlock = kNvfp4 ? 1 : 2;  // MXFP4 blocks span two k16 steps
-  static_assert(kSlots == 2 || kSlots == 4, "an A ring of 2 or 4 slots (a slot per step of the chunk)");
   u32x4 wc[kMats];
   u32x2 sc[kMats];
   u32 sg[kMats], sg8[kMats];
@@ -38,12 +36,12 @@ MOEJIT_DEVICE void wgmma_slab_chunk(const u32x4* wr, const u8* sr, u64 desc, u32
   }
 #pragma unroll
   for (int st = 0; st < 4; ++st) {
-    const int slot = st % kSlots;
+    const int slot = st & 1;
 #pragma unroll
     for (int m = 0; m < kMats; ++m)
       if (st % kStepsPerBlock == 0)
         batch_row_scales<kNvfp4, kBatchScaleShift<kRawB>>(sc[m], st / kStepsPerBlock, sg[m], sg8[m]);
-    wgmma_wait<kSlots - 1>();  // step j - kSlots's MMAs, the last to read this slot, are done
+    wgmma_wait<1>();  // step j - 2's MMAs, the last to read this slot, are done
     after_wait(st);
 #pragma unroll
     for (int m = 0; m < kMats; ++m) {
@@ -63,9 +61,9 @@ MOEJIT_DEVICE void wgmma_slab_chunk(const u32x4* wr, const u8* sr, u64 desc, u32
 }
 
 // One chunk step with the lane's scale bytes of each matrix from registers (sc) rather than the stage.
-template <bool kNvfp4, int kMats, bool kRawB, int kAcc, class AfterWait, int kSlots>
+template <bool kNvfp4, int kMats, bool kRawB, int kAcc, class AfterWait>
 MOEJIT_DEVICE void wgmma_slab_chunk_from_registers(const u32x4* wr, const u32x2 (&sc)[kMats], u64 desc,
-                                                   u32 (&ar)[kSlots][kMats][4], float (&acc)[kMats][kAcc],
+                                                   u32 (&ar)[2][kMats][4], float (&acc)[kMats][kAcc],
                                                    AfterWait after_wait) {
-  wgmma_slab_chunk<kNvfp4, kMats, 0, kRawB, kAcc, AfterWait, true, kSlots>(wr, nullptr, desc, ar, acc, after_wait, sc);
+  wgmma_slab_chunk<kNvfp4, kMats, 0, kRawB, kAcc, AfterWait, true>(wr, nullptr, desc, ar, acc, after_wait, sc);
 }

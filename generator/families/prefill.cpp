@@ -10,8 +10,6 @@
 #include <fmt/args.h>
 #include <fmt/format.h>
 
-#include <cstdlib>
-
 #include <algorithm>
 
 #include "generator/families/family.hpp"
@@ -130,12 +128,7 @@ std::string source(const KernelKey& key, const std::string& entry) {
                  : "moe_prefill_fc2<{nvfp4}, {bias}, {hidden}, {intermediate}, {warps}, {teams}, {slabs}, {n}, {stages}, "
                    "{cluster}>");
   a.push_back(fmt::arg("call", call));
-  // Experiment (not a key option): MOEJIT_PREFILL_A_SLOTS=4 builds FC2's consumers' A ring with a slot per k16
-  // step (perf-log v45, Next; FC1's 128 accumulators leave no room: ptxas serializes its wgmmas). The
-  // generated source, hence the cache entry, differs with it.
-  const char* slots_env = std::getenv("MOEJIT_PREFILL_A_SLOTS");
-  const std::string slots = !fc1 && slots_env && std::string(slots_env) == "4" ? "#define MOEJIT_PREFILL_A_SLOTS 4\n" : "";
-  std::string out = kernel_header(key, 0) + slots + "#include \"wgmma.cuh\"\n" + wgmma_rs_source(n) +
+  std::string out = kernel_header(key, 0) + "#include \"wgmma.cuh\"\n" + wgmma_rs_source(n) +
                     (wide_accumulators(key) ? std::string() : wgmma_rs_source(n / 2)) +
                     (quarter_width(n) ? wgmma_rs_source(n / 4) : std::string()) +
                     (mid_width(key, 96) ? wgmma_rs_source(96) : std::string()) +
