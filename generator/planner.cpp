@@ -49,11 +49,8 @@ Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Famil
   Plan plan = f.plan(detail::PlanRequest{spec, arch, tokens, sm_count > 0 ? sm_count : 132, tuning});
   // a8/a4: the act_quant pre-pass (templates/moe_act_quant.cuh) quantizes the input first, once per token
   // or once per pair (the layer's a1_gs decides at prepare: runtime/families/act_quant.cpp); the prefill
-  // family's gather quantizes per pair itself, so a prefill forward skips a per-pair pass. A decode FC1
-  // that stages x (one token) quantizes it as it stages it, with no pass before it (templates/slab_mma.cuh).
-  const bool stages_x = !plan.kernels.empty() && plan.kernels.front().kind == KernelKind::decode_fc1 &&
-                        plan.kernels.front().x_staged;
-  if (spec.precision != ActPrecision::a16 && !plan.kernels.empty() && !stages_x)
+  // family's gather quantizes per pair itself, so a prefill forward skips a per-pair pass.
+  if (spec.precision != ActPrecision::a16 && !plan.kernels.empty())
     plan.kernels.insert(plan.kernels.begin(), detail::act_quant_key(spec, arch));
   return plan;
 }

@@ -40,16 +40,10 @@ __device__ void moe_decode_fc1_work(const DecodeFc1Params& p, const ExpertWork& 
       return ActScales{act_fc1_out_gs<kMats>(p.gscale, work.expert),
                        act_unscale(act_fc1_x_gs<kMats>(p.gscale, work.expert))};
     };
-    // A staged x (one token) is the token's row of x, quantized as it is staged (no pre-pass in the plan).
     auto pass_x_rows = [&](int pass, const u16* (&rows)[kNT]) {
       return pass_rows<kNT, kCols>(
-          pass, work.count,
-          [&](int t) {
-            return kXStaged ? p.x + (size_t)(work.pairs[t] / p.route.top_k) * kH : fc1_x_row<kH>(p.x, work.pairs[t], p.route);
-          },
-          rows);
+          pass, work.count, [&](int t) { return fc1_x_row<kH>(p.x, work.pairs[t], p.route); }, rows);
     };
-    const float x_gs = act_fc1_x_gs<kMats>(p.gscale, work.expert);
     if constexpr (kSlabPairs) {
       // Each group sums its K parts into its first warp, and the two first warps exchange their column
       // maxima (the block's 32 rows) before each quantizes and stores its own slab's rows. With I / 16 odd
@@ -68,7 +62,7 @@ __device__ void moe_decode_fc1_work(const DecodeFc1Params& p, const ExpertWork& 
         if (has_slab)
           slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kCols, kDepth, true, kPrefetchX>(
               ops.w, ops.s, rows, live, acc[0], /*wait_primary_after_prefetch=*/true, part,
-              x_stage + (kXStaged ? warp * kStageArea : 0), CsfStageSlab{}, nullptr, x_gs);
+              x_stage + (kXStaged ? warp * kStageArea : 0));
         else
           zero_accumulators(acc[0]);
         reduce_over_warps<kMats, kWarps, kNT, kGroups>(acc[0], red);
@@ -100,7 +94,7 @@ __device__ void moe_decode_fc1_work(const DecodeFc1Params& p, const ExpertWork& 
           if (!((sub_valid >> j) & 1u)) continue;
           slab_mma<kNvfp4, kH, kMats, kWarps, kNT, kCols, kDepth, true, kPrefetchX>(
               ops[j].w, ops[j].s, rows, live, acc[j], /*wait_primary_after_prefetch=*/true, warp,
-              x_stage + (kXStaged ? warp * kStageArea : 0), CsfStageSlab{}, nullptr, x_gs);
+              x_stage + (kXStaged ? warp * kStageArea : 0));
           reduce_over_warps<kMats, kWarps, kNT>(acc[j], red);
           __syncthreads();  // red and the staged x are reused by the next slab
         }

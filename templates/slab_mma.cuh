@@ -188,7 +188,7 @@ template <bool kNvfp4, int kK, int kMats, int kParts, int kNT, int kCols, int kD
 MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_rows)[kNT], int live_tiles,
                             float (&acc)[kNT][kMats][4], bool wait_primary_after_prefetch, int part,
                             u32x2* x_stage = nullptr, const CsfStageSlab& csf = CsfStageSlab{},
-                            u8* csf_area = nullptr, float x_gs = 1.f) {
+                            u8* csf_area = nullptr) {
   using SG = ScaleGeometry<kNvfp4>;
   using CG = CsfGeometry<kNvfp4>;
   constexpr int kSBytes = SG::kBytesPerChunk;  // scale bytes per (chunk, matrix) (plain reads; CSF reads its stage)
@@ -291,29 +291,15 @@ MOEJIT_DEVICE void slab_mma(const u32x4* w, const u8* s, const u16* const (&b_ro
   if constexpr (kStageX) {
     const u16* row = reinterpret_cast<const u16*>(
         __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(b_rows[0]), 0));  // column 0 holds a pair
-    // More than one token is a planner bug.
-    if (b_rows[0] != nullptr && b_rows[0] != row) __trap();
+    // More than one token is a planner bug. a8/a4 rows are per pair (the act_quant pre-pass): two pairs of
+    // one token and expert (duplicate ids) have rows of their own with the same values, so only a16's
+    // rows name the token.
+    if (kActPrecision == kActA16 && b_rows[0] != nullptr && b_rows[0] != row) __trap();
     x_stage[lane] = u32x2{0u, 0u};
-    if constexpr (kActPrecision != kActA16) {
-      // a8/a4: the row is the token's row of x itself (no act_quant pre-pass in a plan whose FC1 stages x),
-      // quantized here as the pre-pass quantizes it (x_gs: a4's a1_gs of the slab's expert): piece i is
-      // quarter i % 4 of a k16 block, so the four lanes of a block (a8: the eight of two neighbouring k16
-      // blocks of one chunk) hold it whole, as the pre-pass's four threads do; the loop runs in whole warps
-      // for the shuffles, lanes past the part holding zeros.
-      for (int base = 0; base < my_chunks * 16; base += 32) {
-        const int i = base + lane;
-        const int k = (part + (i >> 4) * kParts) * 64 + ((i >> 2) & 3) * 16 + 4 * (i & 3);
-        u32x2 v[1] = {u32x2{0u, 0u}};
-        if (i < my_chunks * 16 && (kK % 64 == 0 || k < kK)) v[0] = ld_nc_8(row + k);
-        quantize_pieces<kActPrecision, 64, kActPrecision == kActA8 ? 0x7 : 0x3>(v, x_gs);
-        if (i < my_chunks * 16) x_stage[kStageZeros + i] = v[0];
-      }
-    } else {
-      for (int i = lane; i < my_chunks * 16; i += 32) {
-        const int k = (part + (i >> 4) * kParts) * 64 + ((i >> 2) & 3) * 16 + 4 * (i & 3);
-        const u32x2 v = kK % 64 == 0 || k < kK ? ld_nc_8(row + k) : u32x2{0u, 0u};
-        x_stage[kStageZeros + i] = u32x2{bf16x2_mul(v.x, kActScaleBf16x2), bf16x2_mul(v.y, kActScaleBf16x2)};
-      }
+    for (int i = lane; i < my_chunks * 16; i += 32) {
+      const int k = (part + (i >> 4) * kParts) * 64 + ((i >> 2) & 3) * 16 + 4 * (i & 3);
+      const u32x2 v = kK % 64 == 0 || k < kK ? ld_nc_8(row + k) : u32x2{0u, 0u};
+      x_stage[kStageZeros + i] = u32x2{bf16x2_mul(v.x, kActScaleBf16x2), bf16x2_mul(v.y, kActScaleBf16x2)};
     }
     __syncwarp();
   }
