@@ -286,6 +286,8 @@ TEST_CASE("cli: bad arguments exit 2 naming the argument", "[cli]") {
       {{"run", "--input", "i", "--output", "o"}, "--layer"},
       {{"bench", "--tokens", "0"}, "--tokens"},
       {{"bench", "--scales", "lossy"}, "--scales"},
+      {{"bench", "--precision", "a4", "--a4-scales", "mixed"}, "--a4-scales"},
+      {{"bench", "--a4-scales", "per-expert"}, "--a4-scales"},
       {{"prewarm", "--arch", "sm_90a", "--scales", "lossy"}, "--scales"},
       {{"frobnicate"}, "frobnicate"},
   };

@@ -461,7 +461,8 @@ int cmd_bench(int argc, char** argv) {
   static const CommandSpec spec{
       "bench",
       "--config NAME|PATH [--tokens LIST] [--replays N] [--flush read|write] [--family auto|decode|batch|prefill]\n"
-      "      [--json PATH] [--dense on|off] [--seed N] [--jobs N] [--scales plain|csf|csf-random] [--precision LIST]",
+      "      [--json PATH] [--dense on|off] [--seed N] [--jobs N] [--scales plain|csf|csf-random] [--precision LIST]\n"
+      "      [--a4-scales shared|per-expert]",
       "time layers in CUDA graphs",
       "Times forward for each M inside a CUDA graph with a cold L2 (a scratch buffer of 2x the L2 size is read, or\n"
       "written with --flush write, before every replay, outside the timed events) and prints the median next to the\n"
@@ -485,7 +486,10 @@ int cmd_bench(int argc, char** argv) {
        {"jobs", "N", "prewarm worker processes (default: number of CPUs)"},
        {"scales", "S", "plain (default); csf: scales made as real ones are, timed with plain and with CSF scale reads "
                        "side by side (docs/CSF.md), with the prepared bytes; csf-random: the random scales read as CSF (a16)"},
-       {"precision", "LIST", "activation precisions timed in this run, e.g. a16,a8,a4 (default: the config's, else a16)"}},
+       {"precision", "LIST", "activation precisions timed in this run, e.g. a16,a8,a4 (default: the config's, else a16)"},
+       {"a4-scales", "S", "a4's global input scales: shared (default; one a1_gs and a2_gs, x quantized once per token) or "
+                          "per-expert (one per expert, as ModelOpt checkpoints give them: x quantized once per routed "
+                          "pair; experts the calibration batch does not reach take its overall scale)"}},
       {}};
   Args args(spec, argc, argv, 2);
   if (args.help()) {
@@ -509,9 +513,6 @@ int cmd_bench(int argc, char** argv) {
   const std::string scales = args.str("scales", "plain");
   if (scales != "plain" && scales != "csf" && scales != "csf-random")
     throw UsageError(fmt::format("--scales must be plain, csf or csf-random, got '{}'", scales));
-  const GpuProbe& gpu = gpu_probe();  // in a child: the workers below are forked before this process inits CUDA
-  if (!gpu.usable())
-    throw Error(fmt::format("no usable GPU ({}); bench times kernels and needs a CUDA device moejit builds for", gpu.why));
   const LayerSpec config_local = cfg.local();
   std::vector<ActPrecision> precisions;
   for (const std::string& name : split_list(args.str("precision", std::string(to_string(config_local.precision))))) {
@@ -521,9 +522,17 @@ int cmd_bench(int argc, char** argv) {
       throw UsageError(fmt::format("--precision: {}", e.what()));
     }
   }
+  const std::string a4_scales = args.str("a4-scales", "shared");
+  if (a4_scales != "shared" && a4_scales != "per-expert")
+    throw UsageError(fmt::format("--a4-scales must be shared or per-expert, got '{}'", a4_scales));
+  if (args.has("a4-scales") && std::find(precisions.begin(), precisions.end(), ActPrecision::a4) == precisions.end())
+    throw UsageError("--a4-scales sets the a4 precision's input scales; --precision does not time a4");
   if (scales != "plain" && (precisions.size() != 1 || precisions[0] != ActPrecision::a16))
     throw UsageError("--scales csf and csf-random time a16 layers (the decode kernels read CSF scales in a16 only); "
                      "leave --precision out or give a16");
+  const GpuProbe& gpu = gpu_probe();  // in a child: the workers below are forked before this process inits CUDA
+  if (!gpu.usable())
+    throw Error(fmt::format("no usable GPU ({}); bench times kernels and needs a CUDA device moejit builds for", gpu.why));
   const int max_m = *std::max_element(tokens.begin(), tokens.end());
   const Arch arch = *gpu.info.arch;
   const int sms = gpu.info.sm_count;
@@ -578,15 +587,17 @@ int cmd_bench(int argc, char** argv) {
     {
       HostLayer layer = base;
       if (p == ActPrecision::a4) {
+        const bool per_expert = a4_scales == "per-expert";
         const ActivationScales s =
-            calibrate_a4_scales(base, make_random_inputs(base.spec, 16, static_cast<uint64_t>(seed) + 1), false);
-        layer.a1_gs = {s.a1_gs};
-        layer.a2_gs = {s.a2_gs};
+            calibrate_a4_scales(base, make_random_inputs(base.spec, 16, static_cast<uint64_t>(seed) + 1), per_expert);
+        layer.a1_gs = per_expert ? s.a1_gs_per_expert : std::vector<float>{s.a1_gs};
+        layer.a2_gs = per_expert ? s.a2_gs_per_expert : std::vector<float>{s.a2_gs};
       }
       layer.spec.precision = p;
       prepared = rt.prepare(layer);
     }
-    const std::string name = precisions.size() > 1 || p != ActPrecision::a16 ? fmt::format("{} {}", cfg.name, to_string(p)) : cfg.name;
+    std::string name = precisions.size() > 1 || p != ActPrecision::a16 ? fmt::format("{} {}", cfg.name, to_string(p)) : cfg.name;
+    if (p == ActPrecision::a4 && a4_scales == "per-expert") name += " (a1_gs, a2_gs per expert)";
     reports.push_back(run_bench(rt, *prepared, name, tokens, replays, static_cast<uint64_t>(seed), flush, force,
                                 dense == "on"));
     print_bench_table(reports.back());

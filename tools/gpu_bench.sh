@@ -3,20 +3,22 @@
 # limit so that one slow row cannot take the others' results with it; prints each row's table and keeps
 # the full logs. GPU machine only.
 # usage: tools/gpu_bench.sh MOEJIT LOG_DIR [ROW...]
-#   rows (default: all): precision (a16/a8/a4 side by side), csf (plain vs CSF reads), prefill (the
+#   rows (default: all): precision (a16/a8/a4 side by side), a4-scales (a4 with one a1_gs against a1_gs per
+#   expert: x quantized once per token against once per pair), csf (plain vs CSF reads), prefill (the
 #   planned prefill tiles at M = 4096 and 16384 with the dense ceiling), teams (two consumer-warpgroup
 #   teams against the planned tiles at M = 4096), teams-fc1 (FC1 alone on teams, a16/a8/a4, M = 2048..16384),
 #   pairs (clusters of two CTAs sharing each B block, p2, at M = 4096), deep (the planned prefill kernels
 #   against rings one stage deeper, FC1 d7 and FC2 d8, at M = 4096 and 16384), wide (160-token tiles, n20, against the planned tiles at M = 4096 and 16384), batch
 #   (M = 64..2048, the batch regime), cutover (the planned family against the batch family at 48, 56 and
-#   64 pairs per expert, around the prefill family's cutover), sweep (the planned family at every power of two
+#   64 pairs per expert, around the prefill family's cutover), decode-batch (the decode family against the batch
+#   family at M = 128..256, around their cutover; the decode family serves at most 256 tokens), sweep (the planned family at every power of two
 #   M = 1..16384 with the dense ceiling: the issue's final table)
 #   CONFIGS (default: gpt-oss-120b deepseek-v3 qwen3-30b-a3b), ROW_TIMEOUT (seconds for each bench, default
 #   150; the row's kernels are compiled before it, in parallel, outside that limit)
 set -u
 cli=$1 logs=$2
 shift 2
-rows=${*:-precision csf prefill teams teams-fc1 pairs deep wide batch cutover sweep}
+rows=${*:-precision a4-scales csf prefill teams teams-fc1 pairs deep wide batch cutover decode-batch sweep}
 configs=${CONFIGS:-gpt-oss-120b deepseek-v3 qwen3-30b-a3b}
 limit=${ROW_TIMEOUT:-150}
 mkdir -p "$logs"
@@ -65,6 +67,9 @@ for row in $rows; do
   for c in $configs; do
     case $row in
       precision) run_row "precision_$c" --config "$c" --precision a16,a8,a4 --tokens 1,4,32,256,1024,4096 --replays 10 --dense off ;;
+      a4-scales)
+        run_row "a4_shared_$c" --config "$c" --precision a16,a4 --tokens 1,32,1024,4096 --replays 10 --dense off
+        run_row "a4_per_expert_$c" --config "$c" --precision a4 --a4-scales per-expert --tokens 1,32,1024,4096 --replays 10 --dense off ;;
       csf) run_row "csf_$c" --config "$c" --scales csf --tokens 1,4,16,32,64,256,1024,4096 --replays 10 --dense off ;;
       prefill) run_row "prefill_$c" --config "$c" --family prefill --tokens 4096,16384 --replays 5 --dense on ;;
       teams)
@@ -98,6 +103,9 @@ for row in $rows; do
         tokens=$(for p in 48 56 64; do echo $(( p * e / k )); done | paste -sd,)
         run_row "cutover_planned_$c" --config "$c" --tokens "$tokens" --replays 10 --dense off
         run_row "cutover_batch_$c" --config "$c" --family batch --tokens "$tokens" --replays 10 --dense off ;;
+      decode-batch)
+        run_row "decode_batch_decode_$c" --config "$c" --family decode --tokens 128,192,256 --replays 10 --dense off
+        run_row "decode_batch_batch_$c" --config "$c" --family batch --tokens 128,192,256 --replays 10 --dense off ;;
       sweep) run_row "sweep_$c" --config "$c" --tokens 1,2,4,8,16,32,64,128,256,512,1024,2048,4096,8192,16384 --replays 10 --dense on ;;
       *) echo "gpu_bench.sh: unknown row $row" >&2; exit 2 ;;
     esac
