@@ -15,6 +15,8 @@
 #include <system_error>
 #include <vector>
 
+#include "moejit/planner.hpp"
+
 namespace moejit_test {
 
 // A private cache (and scratch) directory for a whole test binary, removed at exit: the CLI processes the
@@ -89,6 +91,14 @@ inline void compile_keys(const std::set<std::string>& keys) {
   const CliResult r = run_cli_command(cmd);
   INFO(r.out);
   REQUIRE(r.rc == 0);
+}
+
+// compile_keys for every kernel of the plans (a case runs their forwards after it, finding them cached).
+inline void compile_plans(const std::vector<moejit::Plan>& plans) {
+  std::set<std::string> keys;
+  for (const moejit::Plan& p : plans)
+    for (const moejit::KernelKey& k : p.kernels) keys.insert(k.str());
+  compile_keys(keys);
 }
 
 }  // namespace moejit_test

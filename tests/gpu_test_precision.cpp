@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -109,16 +108,11 @@ void force_tile(Family f, const char* tile) {
   }
 }
 
-// Compiles (or finds in the cache) every kernel of the plans before a case runs them: `moejit inspect KEY
-// --emit resources` processes, 16 at a time, into the cache the case's Runtimes read (MOEJIT_CACHE_DIR,
-// inherited). NVRTC serializes compiles within a process, so a case that runs many tile variants would
-// otherwise compile them one after another inside its forwards, for longer than a GPU run allows.
-void compile_plans(const std::vector<Plan>& plans) {
-  std::set<std::string> keys;
-  for (const Plan& p : plans)
-    for (const KernelKey& k : p.kernels) keys.insert(k.str());
-  moejit_test::compile_keys(keys);
-}
+// Every kernel of the plans compiled (or found in the cache) before a case runs them, by parallel CLI
+// processes into the cache the case's Runtimes read (MOEJIT_CACHE_DIR, inherited): NVRTC serializes
+// compiles within a process, so a case over many tile variants would otherwise compile them one after
+// another inside its forwards, for longer than a GPU run allows.
+using moejit_test::compile_plans;
 
 // The keys of a plan that must be warpgroup-MMA ones: the batch tile m, or the prefill family.
 void require_warpgroup_plan(const Plan& plan, Family f) {

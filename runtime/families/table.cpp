@@ -23,20 +23,19 @@ void launch_family(const ForwardContext& ctx) {
 void launch_plan(const ForwardContext& ctx) {
   const std::vector<KernelKey>& k = ctx.plan.kernels;
   if (k.empty() || k.front().kind != KernelKind::act_quant) return launch_family(ctx);
-  // a8/a4: the pre-pass first, then the family's launches with its rows as the layer input; but for the
+  // a8/a4: the pre-pass first, then the family's launches with its rows as the layer input; but not for the
   // prefill family where x is quantized per pair, which its gather does itself (act_quant.cpp).
   if (ctx.args.tokens == 0) return;
   Plan rest = ctx.plan;
   rest.kernels.erase(rest.kernels.begin());
-  if (ctx.plan.family == Family::prefill && !ctx.layer.x_quant_per_token) {
-    const ForwardContext next{ctx.layer, ctx.args, ctx.ws, rest, ctx.modules, ctx.stream, ctx.alpha, ctx.beta, ctx.limit, ctx.sm_count};
-    return launch_family(next);
-  }
-  launch_act_quant(ctx, k.front());
+  const bool pass = ctx.plan.family != Family::prefill || ctx.layer.x_quant_per_token;
   ForwardArgs args = ctx.args;
-  args.x = act_quant_rows(ctx);
+  if (pass) {
+    launch_act_quant(ctx, k.front());
+    args.x = act_quant_rows(ctx);
+  }
   const ForwardContext next{ctx.layer,     args,        ctx.ws,    rest,         ctx.modules, ctx.stream,
-                            ctx.alpha,     ctx.beta,    ctx.limit, ctx.sm_count, /*after_act_quant=*/true};
+                            ctx.alpha,     ctx.beta,    ctx.limit, ctx.sm_count, /*after_act_quant=*/pass};
   launch_family(next);
 }
 
