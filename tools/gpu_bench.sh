@@ -10,7 +10,10 @@
 #   pairs (clusters of two CTAs sharing each B block, p2, at M = 4096), deep (the planned prefill kernels
 #   against rings one stage deeper, FC1 d7 and FC2 d8, at M = 4096 and 16384), wide (160-token tiles, n20, against the planned tiles at M = 4096 and 16384), batch
 #   (M = 64..2048, the batch regime), cutover (the planned family against the batch family at 48, 56 and
-#   64 pairs per expert, around the prefill family's cutover), decode-batch (the decode family against the batch
+#   64 pairs per expert, around the prefill family's cutover), batch-depth (the batch family's planned tiles
+#   against the same tiles with a ring of 7 stages, d6, at the M it serves: whether bytes in flight bound it),
+#   prefill-warps (the prefill family at 32 pairs per expert with three or four consumer warpgroups, w12n4d7
+#   and w16n8d5, against its planned tiles: whether the consumers' latency bounds it there), decode-batch (the decode family against the batch
 #   family at M = 128..256, around their cutover; the decode family serves at most 256 tokens), sweep (the planned family at every power of two
 #   M = 1..16384 with the dense ceiling: the issue's final table)
 #   CONFIGS (default: gpt-oss-120b deepseek-v3 qwen3-30b-a3b), ROW_TIMEOUT (seconds for each bench, default
@@ -18,7 +21,7 @@
 set -u
 cli=$1 logs=$2
 shift 2
-rows=${*:-precision a4-scales csf prefill teams teams-fc1 pairs deep wide batch cutover decode-batch sweep}
+rows=${*:-precision a4-scales csf prefill teams teams-fc1 pairs deep wide batch batch-depth prefill-warps cutover decode-batch sweep}
 configs=${CONFIGS:-gpt-oss-120b deepseek-v3 qwen3-30b-a3b}
 limit=${ROW_TIMEOUT:-150}
 mkdir -p "$logs"
@@ -103,6 +106,26 @@ for row in $rows; do
         tokens=$(for p in 48 56 64; do echo $(( p * e / k )); done | paste -sd,)
         run_row "cutover_planned_$c" --config "$c" --tokens "$tokens" --replays 10 --dense off
         run_row "cutover_batch_$c" --config "$c" --family batch --tokens "$tokens" --replays 10 --dense off ;;
+      batch-depth)
+        # The planned FC1 tile (FC2 takes the same one) with its depth field set to 6, per M.
+        for m in 256 512 1024; do
+          tile=$("$cli" plan --config "$c" --tokens "$m" 2>/dev/null | grep -oE 'batch_fc1:[^ ]+' | grep -oE ':w[0-9]+n[0-9]+d[0-9]+o[0-9]+m?:' | tr -d :)
+          [ -n "$tile" ] || continue
+          deep=$(sed 's/d[0-9]/d6/; s/m$/m1/' <<< "$tile")
+          run_row "depth_planned_${c}_$m" --config "$c" --tokens "$m" --family batch --replays 10 --dense off
+          MOEJIT_BATCH_TILE_FC1=$deep MOEJIT_BATCH_TILE_FC2=$deep \
+            run_row "depth_d6_${c}_$m" --config "$c" --tokens "$m" --family batch --replays 10 --dense off
+        done ;;
+      prefill-warps)
+        # M for 32 pairs per expert, from the plan's layer line (as the cutover row).
+        layer=$("$cli" plan --config "$c" --tokens 1 2>/dev/null | grep -m1 -oE 'E=[0-9]+ .*top_k=[0-9]+')
+        e=$(grep -oE '^E=[0-9]+' <<< "$layer" | cut -d= -f2) k=$(grep -oE 'top_k=[0-9]+' <<< "$layer" | cut -d= -f2)
+        m=$(( 32 * e / k ))
+        run_row "warps_planned_$c" --config "$c" --family prefill --tokens "$m" --replays 10 --dense off
+        for t in w12n4d7 w16n8d5; do
+          MOEJIT_PREFILL_TILE_FC1=$t MOEJIT_PREFILL_TILE_FC2=$t \
+            run_row "warps_${t}_$c" --config "$c" --family prefill --tokens "$m" --replays 10 --dense off
+        done ;;
       decode-batch)
         run_row "decode_batch_decode_$c" --config "$c" --family decode --tokens 128,192,256 --replays 10 --dense off
         run_row "decode_batch_batch_$c" --config "$c" --family batch --tokens 128,192,256 --replays 10 --dense off ;;
