@@ -221,8 +221,7 @@ struct RingCursor {
 template <bool kNvfp4, int kChunks, int kMats, int kPerWarp, int kSlabs, int kWarps, int kN, int kStages, bool kCsf,
           int kCluster>
 MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w, const u8* s, int expert, int group,
-                                   u32 ring, const PrefillBarriers<kStages>& bars, RingCursor<kStages>& cur,
-                                   const void* w_map, const void* s_map) {
+                                   u32 ring, const PrefillBarriers<kStages>& bars, RingCursor<kStages>& cur) {
   using Stage = PrefillStage<kNvfp4, kPerWarp * kMats, kWarps, kN>;
   constexpr int kRunPieces = kMats * 32;                         // 16-byte pieces of one slab's chunk run
   constexpr int kScalePieces = kMats * Stage::kScaleChunk / 16;  // and of its scale bytes
@@ -232,30 +231,6 @@ MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w
   // A cluster pair's rows of each B block: the CTA of the pair's even row group (rank 0) copies the first half.
   const int b_half = (rows / 8 + 1) / 2 * 8, b_second = group % kCluster;
   const int b_first = b_second ? b_half : 0, b_count = b_second ? rows - b_half : b_half;
-#if defined(MOEJIT_PREFILL_TMA)
-  // Experiment (perf-log v46): per chunk three copies by lane 0, the B block, the row group's weight runs and
-  // their scale bytes, the last two as one box each of the planes' [slab][chunk][run] tensor maps (slabs past
-  // the matrix read the next expert's, or zeros past the last: their rows are dropped, as the clamped
-  // pieces' are). The full barrier counts lane 0's one arrival.
-  static_assert(!kCsf && kCluster == 1, "tensor copies of plain planes, one CTA");
-  if (lane == 0) {
-    constexpr u32 kWeightBytes = kGroupSlabs * kRunPieces * 16, kScaleBytes = kGroupSlabs * kScalePieces * 16;
-    const int slab0 = expert * kSlabs + group * kGroupSlabs;
-#pragma unroll 1
-    for (int c = 0; c < kChunks; ++c) {
-      mbarrier_wait(bars.empty(cur.stage), cur.phase ^ 1u);
-      const u32 full = bars.full(cur.stage), at = ring + cur.stage * Stage::kBytes;
-      mbarrier_arrive_expect_tx(full, rows * 128 + kWeightBytes + kScaleBytes);
-      bulk_copy_to_shared(at, b_blocks + (size_t)c * rows * 64, rows * 128, full);
-      tensor_copy_3d_to_shared(at + Stage::kBBytes, w_map, 0, c, slab0, full);
-      tensor_copy_3d_to_shared(at + Stage::kBBytes + Stage::kWeightBytes, s_map, 0, c, slab0, full);
-      cur.advance();
-    }
-  } else {
-    cur.skip(kChunks);
-  }
-  return;
-#endif
 #pragma unroll 1
   for (int c = 0; c < kChunks; ++c) {
     mbarrier_wait(bars.empty(cur.stage), cur.phase ^ 1u);
@@ -418,8 +393,7 @@ inline constexpr bool kPrefillMidWidth =
 template <bool kNvfp4, int kChunks, int kMats, int kPerWarp, int kSlabs, int kWarps, int kTeams, int kN, int kStages,
           bool kRawB, bool kCsf, int kCluster, class Preload, class Epilogue>
 MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const u16* b_base, const u32x4* w, const u8* s,
-                              const CsfPlaneArrays& csf_arrays, const void* w_map, const void* s_map, Preload preload,
-                              Epilogue epilogue) {
+                              const CsfPlaneArrays& csf_arrays, Preload preload, Epilogue epilogue) {
   constexpr int kA = kPerWarp * kMats;
   constexpr int kUnitWarps = kWarps / kTeams;
   constexpr int kGroupSlabs = kUnitWarps * kPerWarp;
@@ -439,11 +413,7 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
   const int warp = threadIdx.x >> 5;
   if (threadIdx.x == 0) {
     for (int st = 0; st < kStages; ++st) {
-#if defined(MOEJIT_PREFILL_TMA)
-      mbarrier_init(bars.full(st), 1);  // lane 0's announcement of the stage's bytes
-#else
       mbarrier_init(bars.full(st), 1 + 32);  // the B block's announcement, then every producer lane's copies
-#endif
       mbarrier_init(bars.empty(st), kUnitWarps * kCluster);
     }
     if (kTeams > 1)
@@ -468,8 +438,7 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
       const PrefillTile t = next;
       if (unit + clusters < units) next = prefill_tile<kN>(tiles, route, (unit + clusters) / kPairs);
       prefill_produce<kNvfp4, kChunks, kMats, kPerWarp, kSlabs, kUnitWarps, kN, kStages, kCsf, kCluster>(
-          b_base + t.row_base * kChunks * 64, t.rows, w, s, t.expert, unit % kPairs * kCluster + rank, ring, bars, cur,
-          w_map, s_map);
+          b_base + t.row_base * kChunks * 64, t.rows, w, s, t.expert, unit % kPairs * kCluster + rank, ring, bars, cur);
     }
     if constexpr (kCluster > 1)
       for (int st = 0; st < kStages; ++st) {  // every stage's last use released by both CTAs' consumers
@@ -608,7 +577,7 @@ __device__ void moe_prefill_fc1(const PrefillFc1Params& p) {
     });
   };
   prefill_fc<kNvfp4, kChunks, kMats, 1, kSlabs, kWarps, kTeams, kN, kStages, true, kCsfFc1, kCluster>(
-      p.tiles, p.route, p.xb, p.w, p.s, MOEJIT_FC1_CSF_ARRAYS(p), &p.w_map, &p.s_map, preload, epilogue);
+      p.tiles, p.route, p.xb, p.w, p.s, MOEJIT_FC1_CSF_ARRAYS(p), preload, epilogue);
 }
 
 // FC2: partial[q, :] = act[q] . W2[e]^T + b2[e] in fp32 for every pair; moe_topk_combine weighs them by the
@@ -660,5 +629,5 @@ __device__ void moe_prefill_fc2(const PrefillFc2Params& p) {
     }
   };
   prefill_fc<kNvfp4, kChunks, 1, kPerWarp, kSlabs, kWarps, kTeams, kN, kStages, false, kCsfFc2, kCluster>(
-      p.tiles, p.route, p.act, p.w, p.s, MOEJIT_FC2_CSF_ARRAYS(p), &p.w_map, &p.s_map, preload, epilogue);
+      p.tiles, p.route, p.act, p.w, p.s, MOEJIT_FC2_CSF_ARRAYS(p), preload, epilogue);
 }

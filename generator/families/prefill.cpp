@@ -11,8 +11,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 
 #include "generator/families/family.hpp"
 #include "generator/families/prefill.hpp"
@@ -130,12 +128,7 @@ std::string source(const KernelKey& key, const std::string& entry) {
                  : "moe_prefill_fc2<{nvfp4}, {bias}, {hidden}, {intermediate}, {warps}, {teams}, {slabs}, {n}, {stages}, "
                    "{cluster}>");
   a.push_back(fmt::arg("call", call));
-  // Experiment (not a key option; perf-log v46): MOEJIT_PREFILL_TMA=1 moves the weights and scales of a stage
-  // with one tensor copy each (the runtime encodes the maps under the same variable). The generated source,
-  // hence the cache entry, differs with it.
-  const bool tma = prefill_tensor_copies(key);
-  std::string out = kernel_header(key, 0) + (tma ? "#define MOEJIT_PREFILL_TMA 1\n" : "") +
-                    "#include \"wgmma.cuh\"\n" + wgmma_rs_source(n) +
+  std::string out = kernel_header(key, 0) + "#include \"wgmma.cuh\"\n" + wgmma_rs_source(n) +
                     (wide_accumulators(key) ? std::string() : wgmma_rs_source(n / 2)) +
                     (quarter_width(n) ? wgmma_rs_source(n / 4) : std::string()) +
                     (mid_width(key, 96) ? wgmma_rs_source(96) : std::string()) +
@@ -143,13 +136,13 @@ std::string source(const KernelKey& key, const std::string& entry) {
                     "#include \"moe_prefill.cuh\"\n" +
                     format("static_assert({stages} * PrefillStage<{nvfp4}, {operands}, {unit_warps}, {n}>::kBytes + 1024 == "
                            "{bytes}, \"host and device ring sizes differ\");\n") +
-                    format("extern \"C\" __global__ void {cluster_dims}__launch_bounds__({threads}, 1) {entry}(const __grid_constant__ {params} p) {{\n"
+                    format("extern \"C\" __global__ void {cluster_dims}__launch_bounds__({threads}, 1) {entry}(const {params} p) {{\n"
                            "  {call}(p);\n}}\n");
   if (fc1)
-    out += format("extern \"C\" __global__ void __launch_bounds__(256) {entry}_gather(const __grid_constant__ PrefillFc1Params p) {{\n"
+    out += format("extern \"C\" __global__ void __launch_bounds__(256) {entry}_gather(const PrefillFc1Params p) {{\n"
                   "  moe_prefill_gather<{hidden}, {n}, {gather_args}>(p);\n}}\n");
   else
-    out += format("extern \"C\" __global__ void __launch_bounds__(256) {entry}_combine(const __grid_constant__ PrefillFc2Params p) {{\n"
+    out += format("extern \"C\" __global__ void __launch_bounds__(256) {entry}_combine(const PrefillFc2Params p) {{\n"
                   "  moe_topk_combine<{experts}, {hidden}, true>(p);\n}}\n");
   return out;
 }
@@ -211,11 +204,6 @@ Plan plan(const PlanRequest& r) {
 }
 
 }  // namespace
-
-bool prefill_tensor_copies(const KernelKey& key) {
-  const char* v = std::getenv("MOEJIT_PREFILL_TMA");
-  return v && std::string_view(v) == "1" && key.csf_scales == 0 && key.parts == 1;
-}
 
 const KernelFamily kPrefillFamily{"prefill", kKinds, Family::prefill, normalize, threads, dynamic_smem,
                                   ctas_per_sm, source, plan,          kMaxTokens};
