@@ -108,11 +108,7 @@ void force_tile(Family f, const char* tile) {
   }
 }
 
-// Every kernel of the plans compiled (or found in the cache) before a case runs them, by parallel CLI
-// processes into the cache the case's Runtimes read (MOEJIT_CACHE_DIR, inherited): NVRTC serializes
-// compiles within a process, so a case over many tile variants would otherwise compile them one after
-// another inside its forwards, for longer than a GPU run allows.
-using moejit_test::compile_plans;
+using moejit_test::compile_plans;  // a case's kernels compiled in parallel processes before it runs them
 
 // The keys of a plan that must be warpgroup-MMA ones: the batch tile m, or the prefill family.
 void require_warpgroup_plan(const Plan& plan, Family f) {

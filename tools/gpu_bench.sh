@@ -55,6 +55,13 @@ warm_row() {  # the bench arguments
     "$cli" prewarm --config "$config" --scales both --max-tokens "$most" --jobs "$jobs" --quiet > /dev/null 2>&1
   fi
 }
+tokens_for_pairs() {  # config, then pairs per expert: M = pairs * E / top_k for each (the plan's layer line), comma-separated
+  local config=$1 layer e k p
+  shift
+  layer=$("$cli" plan --config "$config" --tokens 1 2>/dev/null | grep -m1 -oE 'E=[0-9]+ .*top_k=[0-9]+')
+  e=$(grep -oE '^E=[0-9]+' <<< "$layer" | cut -d= -f2) k=$(grep -oE 'top_k=[0-9]+' <<< "$layer" | cut -d= -f2)
+  for p in "$@"; do echo $(( p * e / k )); done | paste -sd,
+}
 run_row() {  # name, then the bench arguments
   local name=$1
   shift
@@ -100,10 +107,7 @@ for row in $rows; do
         run_row "wide_n16_$c" --config "$c" --family prefill --tokens 4096,16384 --replays 5 --dense off ;;
       batch) run_row "batch_$c" --config "$c" --tokens 64,128,256,512,1024,2048 --replays 10 --dense on ;;
       cutover)
-        # M for 48, 56 and 64 pairs per expert: M = pairs * E / top_k, from the plan's layer line.
-        layer=$("$cli" plan --config "$c" --tokens 1 2>/dev/null | grep -m1 -oE 'E=[0-9]+ .*top_k=[0-9]+')
-        e=$(grep -oE '^E=[0-9]+' <<< "$layer" | cut -d= -f2) k=$(grep -oE 'top_k=[0-9]+' <<< "$layer" | cut -d= -f2)
-        tokens=$(for p in 48 56 64; do echo $(( p * e / k )); done | paste -sd,)
+        tokens=$(tokens_for_pairs "$c" 48 56 64)
         run_row "cutover_planned_$c" --config "$c" --tokens "$tokens" --replays 10 --dense off
         run_row "cutover_batch_$c" --config "$c" --family batch --tokens "$tokens" --replays 10 --dense off ;;
       batch-depth)
@@ -117,10 +121,7 @@ for row in $rows; do
             run_row "depth_d6_${c}_$m" --config "$c" --tokens "$m" --family batch --replays 10 --dense off
         done ;;
       prefill-warps)
-        # M for 32 pairs per expert, from the plan's layer line (as the cutover row).
-        layer=$("$cli" plan --config "$c" --tokens 1 2>/dev/null | grep -m1 -oE 'E=[0-9]+ .*top_k=[0-9]+')
-        e=$(grep -oE '^E=[0-9]+' <<< "$layer" | cut -d= -f2) k=$(grep -oE 'top_k=[0-9]+' <<< "$layer" | cut -d= -f2)
-        m=$(( 32 * e / k ))
+        m=$(tokens_for_pairs "$c" 32)
         run_row "warps_planned_$c" --config "$c" --family prefill --tokens "$m" --replays 10 --dense off
         for t in w12n4d7 w16n8d5; do
           MOEJIT_PREFILL_TILE_FC1=$t MOEJIT_PREFILL_TILE_FC2=$t \
