@@ -50,6 +50,17 @@ MOEJIT_DEVICE void mbarrier_wait(u32 bar, u32 parity) {
   } while (!done);
 }
 
+// One box of a 3-D tensor map (map: the generic address of a __grid_constant__ parameter's map) at
+// element coordinates (c0, c1, c2), innermost first, into shared memory at dst (128-byte aligned); it
+// completes the box's bytes of the barrier's expected transactions (out-of-bounds elements arrive as zeros).
+MOEJIT_DEVICE void tensor_copy_3d_to_shared(u32 dst, const void* map, int c0, int c1, int c2, u32 bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
+          dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+
 // An L2 policy for data read exactly once: evict it first, so it does not push out what is reused.
 MOEJIT_DEVICE u64 l2_evict_first_policy() {
   u64 p;

@@ -27,6 +27,15 @@ using i32 = std::int32_t;
 // only in kernels that read that plane as CSF (the key's csf_scales; csf_scales.cuh MOEJIT_FC1_CSF_ARRAYS
 // reads them), so plain kernels keep their parameters; the host always has the fields and passes its whole
 // struct (a launch copies the bytes the kernel declares).
+// A TMA tensor map as the kernels take it: 128 opaque bytes, 128-byte aligned (CUtensorMap's size and
+// alignment), encoded by the host (cuTensorMapEncodeTiled) and read by the copy engine from the kernel's
+// __grid_constant__ parameters.
+MOEJIT_PARAMS_BEGIN
+struct alignas(128) TensorMapBytes {
+  unsigned long long words[16];
+};
+MOEJIT_PARAMS_END
+
 #if defined(__CUDACC__)
 #define MOEJIT_CSF_PLANE_FIELDS(plane) (plane)
 #else

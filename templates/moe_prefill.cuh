@@ -16,7 +16,8 @@
 //
 // The FC kernels: one CTA per SM walks work units (tile, row group) in turn (unit = CTA id + i * grid).
 // Warpgroup kWarps / 4 is the producer: its first warp moves each chunk's B block (one bulk copy), kWarps
-// slabs of prepared weights and their scales (cp.async pieces) into a ring of kStages shared-memory
+// slabs of prepared weights and their scales (one tensor copy each; cp.async pieces for CSF scales and
+// cluster pairs) into a ring of kStages shared-memory
 // stages, all completing on the stage's "full" mbarrier; warps 0..kWarps-1 (kWarps / 4 consumer warpgroups) decode their slab's FP4 into the A
 // registers of m64nNk16 wgmmas against the stage's B, and release the stage on its "empty" mbarrier once
 // the MMAs that read it are done. No CTA-wide barrier in the loop: the producer runs ahead across units
@@ -36,6 +37,15 @@
 #include "topk_combine.cuh"
 #include "wgmma.cuh"
 #include "wgmma_slab_chunk.cuh"
+
+// Defined by the generator for the keys whose producer moves each chunk's weights and scales with tensor
+// copies (generator/families/prefill.cpp prefill_tensor_copies: plain scales, one CTA per cluster); the
+// runtime passes those keys the planes' tensor maps.
+#if defined(MOEJIT_PREFILL_TENSOR_COPIES)
+inline constexpr bool kPrefillTensorCopies = true;
+#else
+inline constexpr bool kPrefillTensorCopies = false;
+#endif
 
 // One stage of the ring: the B block (kN rows of 128 bytes, 1024-aligned), then each consumer warp's
 // weight runs (kA = slabs per warp x matrices runs of 32 lanes x 16 bytes, slab-major) and scale bytes in
@@ -207,7 +217,8 @@ struct RingCursor {
   }
 };
 
-// The producer warp's copies of one unit: per chunk, every lane waits for the stage to be empty; lane 0
+// The producer warp's copies of one unit. With tensor copies (kPrefillTensorCopies) lane 0 alone moves each
+// chunk (below). Otherwise per chunk, every lane waits for the stage to be empty; lane 0
 // announces the B block's bytes on full and copies it in one bulk copy (`rows` rows; the stage's rows past
 // them keep stale values, which reach only MMA columns whose results are dropped); the 32 lanes copy the
 // consumer warps' weight runs and scale bytes in 16-byte cp.async pieces and each arrives on full when
@@ -221,7 +232,8 @@ struct RingCursor {
 template <bool kNvfp4, int kChunks, int kMats, int kPerWarp, int kSlabs, int kWarps, int kN, int kStages, bool kCsf,
           int kCluster>
 MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w, const u8* s, int expert, int group,
-                                   u32 ring, const PrefillBarriers<kStages>& bars, RingCursor<kStages>& cur) {
+                                   u32 ring, const PrefillBarriers<kStages>& bars, RingCursor<kStages>& cur,
+                                   const void* w_map, const void* s_map) {
   using Stage = PrefillStage<kNvfp4, kPerWarp * kMats, kWarps, kN>;
   constexpr int kRunPieces = kMats * 32;                         // 16-byte pieces of one slab's chunk run
   constexpr int kScalePieces = kMats * Stage::kScaleChunk / 16;  // and of its scale bytes
@@ -231,44 +243,69 @@ MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w
   // A cluster pair's rows of each B block: the CTA of the pair's even row group (rank 0) copies the first half.
   const int b_half = (rows / 8 + 1) / 2 * 8, b_second = group % kCluster;
   const int b_first = b_second ? b_half : 0, b_count = b_second ? rows - b_half : b_half;
-#pragma unroll 1
-  for (int c = 0; c < kChunks; ++c) {
-    mbarrier_wait(bars.empty(cur.stage), cur.phase ^ 1u);
-    const u32 full = bars.full(cur.stage), at = ring + cur.stage * Stage::kBytes;
+  if constexpr (kPrefillTensorCopies) {
+    // Per chunk three copies by lane 0: the B block, the row group's weight runs and their scale bytes, the
+    // last two as one box each of the planes' [slab][chunk][run] tensor maps (slabs past the matrix read the
+    // next expert's, or zeros past the last: their rows are dropped, as the clamped pieces' are). The full
+    // barrier counts lane 0's one arrival. Per-lane 16-byte copies (below) cost 9 to 18 cp.async per lane and
+    // 33 arrivals per stage, and were 5-17 % slower on the large configs (perf-log v47).
+    static_assert(!kCsf && kCluster == 1, "tensor copies of plain planes, one CTA");
     if (lane == 0) {
-      mbarrier_arrive_expect_tx(full, rows * 128);
-      if constexpr (kCluster == 1)
+      constexpr u32 kWeightBytes = kGroupSlabs * kRunPieces * 16, kScaleBytes = kGroupSlabs * kScalePieces * 16;
+      const int slab0 = expert * kSlabs + group * kGroupSlabs;
+#pragma unroll 1
+      for (int c = 0; c < kChunks; ++c) {
+        mbarrier_wait(bars.empty(cur.stage), cur.phase ^ 1u);
+        const u32 full = bars.full(cur.stage), at = ring + cur.stage * Stage::kBytes;
+        mbarrier_arrive_expect_tx(full, rows * 128 + kWeightBytes + kScaleBytes);
         bulk_copy_to_shared(at, b_blocks + (size_t)c * rows * 64, rows * 128, full);
-      else if (b_count > 0)
-        bulk_copy_to_shared_multicast(at + b_first * 128, b_blocks + ((size_t)c * rows + b_first) * 64, b_count * 128,
-                                      full, (u16)0x3);
-    }
-#pragma unroll
-    for (int i = lane; i < kGroupSlabs * kRunPieces; i += 32) {
-      const int si = i / kRunPieces, piece = i % kRunPieces;
-      const size_t slab = (size_t)expert * kSlabs + min(group * kGroupSlabs + si, kSlabs - 1);
-      cp_async_16(at + Stage::kBBytes + i * 16, wb + ((slab * kChunks + c) * kRunPieces + piece) * 16, 16);
-    }
-    if constexpr (kCsf) {
-      using SS = StageScales<kNvfp4, kMats, true>;
-#pragma unroll
-      for (int i = lane; i < kGroupSlabs * SS::kPieces; i += 32) {
-        const int si = i / SS::kPieces, piece = i % SS::kPieces;
-        const size_t slab = (size_t)expert * kSlabs + min(group * kGroupSlabs + si, kSlabs - 1);
-        cp_async_piece<SS::kPieceBytes>(at + Stage::kBBytes + Stage::kWeightBytes + i * SS::kPieceBytes,
-                                        s + (slab * kChunks + c) * SS::kSlabBytes + piece * SS::kPieceBytes);
+        tensor_copy_3d_to_shared(at + Stage::kBBytes, w_map, 0, c, slab0, full);
+        tensor_copy_3d_to_shared(at + Stage::kBBytes + Stage::kWeightBytes, s_map, 0, c, slab0, full);
+        cur.advance();
       }
     } else {
-#pragma unroll
-      for (int i = lane; i < kGroupSlabs * kScalePieces; i += 32) {
-        const int si = i / kScalePieces, piece = i % kScalePieces;
-        const size_t slab = (size_t)expert * kSlabs + min(group * kGroupSlabs + si, kSlabs - 1);
-        cp_async_16(at + Stage::kBBytes + Stage::kWeightBytes + i * 16,
-                    s + ((slab * kChunks + c) * kScalePieces + piece) * 16, 16);
-      }
+      cur.skip(kChunks);
     }
-    cp_async_mbarrier_arrive(full);
-    cur.advance();
+  } else {
+#pragma unroll 1
+    for (int c = 0; c < kChunks; ++c) {
+      mbarrier_wait(bars.empty(cur.stage), cur.phase ^ 1u);
+      const u32 full = bars.full(cur.stage), at = ring + cur.stage * Stage::kBytes;
+      if (lane == 0) {
+        mbarrier_arrive_expect_tx(full, rows * 128);
+        if constexpr (kCluster == 1)
+          bulk_copy_to_shared(at, b_blocks + (size_t)c * rows * 64, rows * 128, full);
+        else if (b_count > 0)
+          bulk_copy_to_shared_multicast(at + b_first * 128, b_blocks + ((size_t)c * rows + b_first) * 64, b_count * 128,
+                                        full, (u16)0x3);
+      }
+#pragma unroll
+      for (int i = lane; i < kGroupSlabs * kRunPieces; i += 32) {
+        const int si = i / kRunPieces, piece = i % kRunPieces;
+        const size_t slab = (size_t)expert * kSlabs + min(group * kGroupSlabs + si, kSlabs - 1);
+        cp_async_16(at + Stage::kBBytes + i * 16, wb + ((slab * kChunks + c) * kRunPieces + piece) * 16, 16);
+      }
+      if constexpr (kCsf) {
+        using SS = StageScales<kNvfp4, kMats, true>;
+#pragma unroll
+        for (int i = lane; i < kGroupSlabs * SS::kPieces; i += 32) {
+          const int si = i / SS::kPieces, piece = i % SS::kPieces;
+          const size_t slab = (size_t)expert * kSlabs + min(group * kGroupSlabs + si, kSlabs - 1);
+          cp_async_piece<SS::kPieceBytes>(at + Stage::kBBytes + Stage::kWeightBytes + i * SS::kPieceBytes,
+                                          s + (slab * kChunks + c) * SS::kSlabBytes + piece * SS::kPieceBytes);
+        }
+      } else {
+#pragma unroll
+        for (int i = lane; i < kGroupSlabs * kScalePieces; i += 32) {
+          const int si = i / kScalePieces, piece = i % kScalePieces;
+          const size_t slab = (size_t)expert * kSlabs + min(group * kGroupSlabs + si, kSlabs - 1);
+          cp_async_16(at + Stage::kBBytes + Stage::kWeightBytes + i * 16,
+                      s + ((slab * kChunks + c) * kScalePieces + piece) * 16, 16);
+        }
+      }
+      cp_async_mbarrier_arrive(full);
+      cur.advance();
+    }
   }
 }
 
@@ -304,7 +341,11 @@ MOEJIT_DEVICE void prefill_consume(u32 ring, const u8* ring_ptr, const PrefillBa
     const u32x4* wr = reinterpret_cast<const u32x4*>(at + Stage::kBBytes) + warp * kA * 32 + lane;
     auto release_previous = [&](int st) {
       if (st == 1 && prev >= 0) {
-        if (lane == 0) prefill_release<kCluster>(bars, prev);  // every MMA of the previous chunk is done
+        // Every MMA of the previous chunk is done. The other lanes' reads of that stage (their A words and
+        // scales) fed those warp-collective MMAs, so they have returned before lane 0 releases it. A
+        // __syncwarp here would order them for the memory model too, but ptxas then serializes every wgmma
+        // of the loop (C7513; perf-log v47).
+        if (lane == 0) prefill_release<kCluster>(bars, prev);
         prev = -1;
       }
     };
@@ -393,7 +434,8 @@ inline constexpr bool kPrefillMidWidth =
 template <bool kNvfp4, int kChunks, int kMats, int kPerWarp, int kSlabs, int kWarps, int kTeams, int kN, int kStages,
           bool kRawB, bool kCsf, int kCluster, class Preload, class Epilogue>
 MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const u16* b_base, const u32x4* w, const u8* s,
-                              const CsfPlaneArrays& csf_arrays, Preload preload, Epilogue epilogue) {
+                              const CsfPlaneArrays& csf_arrays, const void* w_map, const void* s_map, Preload preload,
+                              Epilogue epilogue) {
   constexpr int kA = kPerWarp * kMats;
   constexpr int kUnitWarps = kWarps / kTeams;
   constexpr int kGroupSlabs = kUnitWarps * kPerWarp;
@@ -413,7 +455,9 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
   const int warp = threadIdx.x >> 5;
   if (threadIdx.x == 0) {
     for (int st = 0; st < kStages; ++st) {
-      mbarrier_init(bars.full(st), 1 + 32);  // the B block's announcement, then every producer lane's copies
+      // Tensor copies: lane 0's announcement of the stage's bytes; else the B block's announcement, then every
+      // producer lane's copies.
+      mbarrier_init(bars.full(st), kPrefillTensorCopies ? 1 : 1 + 32);
       mbarrier_init(bars.empty(st), kUnitWarps * kCluster);
     }
     if (kTeams > 1)
@@ -438,7 +482,8 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
       const PrefillTile t = next;
       if (unit + clusters < units) next = prefill_tile<kN>(tiles, route, (unit + clusters) / kPairs);
       prefill_produce<kNvfp4, kChunks, kMats, kPerWarp, kSlabs, kUnitWarps, kN, kStages, kCsf, kCluster>(
-          b_base + t.row_base * kChunks * 64, t.rows, w, s, t.expert, unit % kPairs * kCluster + rank, ring, bars, cur);
+          b_base + t.row_base * kChunks * 64, t.rows, w, s, t.expert, unit % kPairs * kCluster + rank, ring, bars, cur,
+          w_map, s_map);
     }
     if constexpr (kCluster > 1)
       for (int st = 0; st < kStages; ++st) {  // every stage's last use released by both CTAs' consumers
@@ -577,7 +622,7 @@ __device__ void moe_prefill_fc1(const PrefillFc1Params& p) {
     });
   };
   prefill_fc<kNvfp4, kChunks, kMats, 1, kSlabs, kWarps, kTeams, kN, kStages, true, kCsfFc1, kCluster>(
-      p.tiles, p.route, p.xb, p.w, p.s, MOEJIT_FC1_CSF_ARRAYS(p), preload, epilogue);
+      p.tiles, p.route, p.xb, p.w, p.s, MOEJIT_FC1_CSF_ARRAYS(p), &p.w_map, &p.s_map, preload, epilogue);
 }
 
 // FC2: partial[q, :] = act[q] . W2[e]^T + b2[e] in fp32 for every pair; moe_topk_combine weighs them by the
@@ -629,5 +674,5 @@ __device__ void moe_prefill_fc2(const PrefillFc2Params& p) {
     }
   };
   prefill_fc<kNvfp4, kChunks, 1, kPerWarp, kSlabs, kWarps, kTeams, kN, kStages, false, kCsfFc2, kCluster>(
-      p.tiles, p.route, p.act, p.w, p.s, MOEJIT_FC2_CSF_ARRAYS(p), preload, epilogue);
+      p.tiles, p.route, p.act, p.w, p.s, MOEJIT_FC2_CSF_ARRAYS(p), &p.w_map, &p.s_map, preload, epilogue);
 }

@@ -18,6 +18,9 @@ struct PrefillFc1Params {
   MOEJIT_PTR(i32) row_pair;        // per block row: its pair q, or -1 (rows past a tile's pairs)
   float alpha, beta, limit;
   RoutingArgs route;               // the route kernel's lists
+  // The weight and scale planes as [slabs][chunks][run] tensors, so the producer moves a row group's chunk
+  // in one tensor copy each (runtime/families/prefill.cpp; unused by keys with CSF scales or cluster pairs).
+  TensorMapBytes w_map, s_map;
 #if MOEJIT_CSF_PLANE_FIELDS(MOEJIT_CSF_FC1)
   MOEJIT_PTR(const u8) s_base;   // CSF scales (s their offsets): base bytes [E][I/16][mats][8 groups][2 rows]
   MOEJIT_PTR(const u32) s_exc;   // CSF scales: list starts, then the records (csf_scales.cuh)
@@ -37,6 +40,7 @@ struct PrefillFc2Params {
   MOEJIT_PTR(u16) out;             // [M][H] bf16 (the combine)
   i32 tokens;
   RoutingArgs route;
+  TensorMapBytes w_map, s_map;  // as PrefillFc1Params's
 #if MOEJIT_CSF_PLANE_FIELDS(MOEJIT_CSF_FC2)
   MOEJIT_PTR(const u8) s_base;   // CSF scales (s their offsets): base bytes [E][H/16][8 groups][2 rows]
   MOEJIT_PTR(const u32) s_exc;   // CSF scales: list starts, then the records (csf_scales.cuh)

@@ -128,7 +128,10 @@ std::string source(const KernelKey& key, const std::string& entry) {
                  : "moe_prefill_fc2<{nvfp4}, {bias}, {hidden}, {intermediate}, {warps}, {teams}, {slabs}, {n}, {stages}, "
                    "{cluster}>");
   a.push_back(fmt::arg("call", call));
-  std::string out = kernel_header(key, 0) + "#include \"wgmma.cuh\"\n" + wgmma_rs_source(n) +
+  // Keys whose producer moves a stage's weights and scales with one tensor copy each (the runtime passes the
+  // planes' tensor maps): moe_prefill.cuh reads the define.
+  std::string out = kernel_header(key, 0) + (prefill_tensor_copies(key) ? "#define MOEJIT_PREFILL_TENSOR_COPIES 1\n" : "") +
+                    "#include \"wgmma.cuh\"\n" + wgmma_rs_source(n) +
                     (wide_accumulators(key) ? std::string() : wgmma_rs_source(n / 2)) +
                     (quarter_width(n) ? wgmma_rs_source(n / 4) : std::string()) +
                     (mid_width(key, 96) ? wgmma_rs_source(96) : std::string()) +
@@ -136,13 +139,13 @@ std::string source(const KernelKey& key, const std::string& entry) {
                     "#include \"moe_prefill.cuh\"\n" +
                     format("static_assert({stages} * PrefillStage<{nvfp4}, {operands}, {unit_warps}, {n}>::kBytes + 1024 == "
                            "{bytes}, \"host and device ring sizes differ\");\n") +
-                    format("extern \"C\" __global__ void {cluster_dims}__launch_bounds__({threads}, 1) {entry}(const {params} p) {{\n"
+                    format("extern \"C\" __global__ void {cluster_dims}__launch_bounds__({threads}, 1) {entry}(const __grid_constant__ {params} p) {{\n"
                            "  {call}(p);\n}}\n");
   if (fc1)
-    out += format("extern \"C\" __global__ void __launch_bounds__(256) {entry}_gather(const PrefillFc1Params p) {{\n"
+    out += format("extern \"C\" __global__ void __launch_bounds__(256) {entry}_gather(const __grid_constant__ PrefillFc1Params p) {{\n"
                   "  moe_prefill_gather<{hidden}, {n}, {gather_args}>(p);\n}}\n");
   else
-    out += format("extern \"C\" __global__ void __launch_bounds__(256) {entry}_combine(const PrefillFc2Params p) {{\n"
+    out += format("extern \"C\" __global__ void __launch_bounds__(256) {entry}_combine(const __grid_constant__ PrefillFc2Params p) {{\n"
                   "  moe_topk_combine<{experts}, {hidden}, true>(p);\n}}\n");
   return out;
 }
@@ -204,6 +207,8 @@ Plan plan(const PlanRequest& r) {
 }
 
 }  // namespace
+
+bool prefill_tensor_copies(const KernelKey& key) { return key.csf_scales == 0 && key.parts == 1; }
 
 const KernelFamily kPrefillFamily{"prefill", kKinds, Family::prefill, normalize, threads, dynamic_smem,
                                   ctas_per_sm, source, plan,          kMaxTokens};

@@ -8,10 +8,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "moejit/error.hpp"
+#include "generator/families/family.hpp"
 #include "generator/families/prefill.hpp"
 #include "moejit/generator.hpp"
+#include "runtime/driver_api.hpp"
 #include "runtime/families/families.hpp"
 #include "runtime/kernel_params.hpp"
 #include "runtime/launch.hpp"
@@ -31,6 +34,37 @@ unsigned persistent_grid(const ForwardContext& ctx, const KernelKey& key, int ro
                                           static_cast<unsigned>(kernel_dynamic_smem(key)))
                     : std::max(ctx.sm_count, 1);
   return static_cast<unsigned>(key.parts * std::clamp<long long>(units, 1, most));
+}
+
+// Where prefill_tensor_copies(key), the kernels move each chunk's weights and scales with one tensor copy
+// each, from maps over a plane seen as [slabs][chunks][run bytes] (the prepared layout: docs/WEIGHT_LAYOUT.md),
+// one box = the row group's slabs' runs of one chunk.
+void encode_slab_runs(TensorMapBytes& map, DevicePtr plane, long long slabs, int chunks, int run_bytes, int box_slabs) {
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(run_bytes / 4), static_cast<cuuint64_t>(chunks),
+                              static_cast<cuuint64_t>(slabs)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(run_bytes), static_cast<cuuint64_t>(chunks) * run_bytes};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(run_bytes / 4), 1, static_cast<cuuint32_t>(box_slabs)};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  static_assert(sizeof(TensorMapBytes) == sizeof(CUtensorMap) && alignof(TensorMapBytes) == alignof(CUtensorMap));
+  MOEJIT_CU(cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(&map), CU_TENSOR_MAP_DATA_TYPE_UINT32, 3,
+                                   reinterpret_cast<void*>(static_cast<std::uintptr_t>(plane)), dims, strides, box,
+                                   element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+}
+
+// The maps of one FC kernel over its planes (w_bytes, s_bytes: their sizes), k = the matrix's K (FC1 H,
+// FC2 I), mats its matrices per slab. The slab count comes from the planes themselves, so a box past the
+// last local expert reads zeros, never past the allocation.
+template <class Params>
+void set_tensor_maps(Params& p, const KernelKey& key, size_t w_bytes, size_t s_bytes, int k, int mats) {
+  const int chunks = (k + 63) / 64, box_slabs = key.warps / key.groups * key.slabs;
+  const int w_run = mats * 512, s_run = mats * chunk_scale_bytes(key);
+  const long long slabs = static_cast<long long>(w_bytes / (static_cast<size_t>(chunks) * w_run));
+  if (static_cast<size_t>(slabs) * chunks * w_run != w_bytes || static_cast<size_t>(slabs) * chunks * s_run != s_bytes)
+    throw Error(fmt::format("{}: planes of {} and {} bytes are not [slabs][{} chunks][{} / {} bytes]", key.str(), w_bytes,
+                            s_bytes, chunks, w_run, s_run));
+  encode_slab_runs(p.w_map, p.w, slabs, chunks, w_run, box_slabs);
+  encode_slab_runs(p.s_map, p.s, slabs, chunks, s_run, box_slabs);
 }
 
 }  // namespace
@@ -55,6 +89,8 @@ void launch_prefill(const ForwardContext& ctx) {
   p1.xb = ctx.args.workspace + ctx.ws.partial;
   p1.tiles = ctx.args.workspace + ctx.ws.tiles;
   p1.row_pair = ctx.args.workspace + ctx.ws.row_pair;
+  if (prefill_tensor_copies(fc1_key))
+    set_tensor_maps(p1, fc1_key, ctx.layer.fc1_w.size(), ctx.layer.fc1_s.size(), spec.hidden, fc1_mats(fc1_key));
   const unsigned gather_y = static_cast<unsigned>(((spec.hidden + 63) / 64 + kPrefillGatherChunksPerCta - 1) / kPrefillGatherChunksPerCta);
   launch(ctx.modules.function(fc1_key, ctx.stream, "_gather"),
          LaunchShape{static_cast<unsigned>(tiles), gather_y, 1, 256, 0}, ctx.stream, &p1,
@@ -69,6 +105,7 @@ void launch_prefill(const ForwardContext& ctx) {
   set_fc2_scales(p2, ctx, fc2_key);
   p2.tiles = p1.tiles;
   p2.row_pair = p1.row_pair;
+  if (prefill_tensor_copies(fc2_key)) set_tensor_maps(p2, fc2_key, ctx.layer.fc2_w.size(), ctx.layer.fc2_s.size(), spec.intermediate, 1);
   const CUfunction fc2 = ctx.modules.function(fc2_key, ctx.stream);
   launch(fc2,
          LaunchShape{persistent_grid(ctx, fc2_key, spec.hidden, fc2), 1, 1, static_cast<unsigned>(kernel_threads(fc2_key)),
