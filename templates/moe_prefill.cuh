@@ -46,14 +46,6 @@ inline constexpr bool kPrefillTensorCopies = true;
 #else
 inline constexpr bool kPrefillTensorCopies = false;
 #endif
-// Experiment (perf-log v47; MOEJIT_PREFILL_LANE_RELEASE=1 when the source is generated): every consumer lane
-// arrives on a stage's empty barrier, so each lane's own arrival orders its reads of the stage before the
-// producer's next copies into it, instead of lane 0's arrival after the warp-collective MMAs.
-#if defined(MOEJIT_PREFILL_LANE_RELEASE)
-inline constexpr int kPrefillReleaseLanes = 32;
-#else
-inline constexpr int kPrefillReleaseLanes = 1;
-#endif
 
 // One stage of the ring: the B block (kN rows of 128 bytes, 1024-aligned), then each consumer warp's
 // weight runs (kA = slabs per warp x matrices runs of 32 lanes x 16 bytes, slab-major) and scale bytes in
@@ -353,7 +345,7 @@ MOEJIT_DEVICE void prefill_consume(u32 ring, const u8* ring_ptr, const PrefillBa
         // scales) fed those warp-collective MMAs, so they have returned before lane 0 releases it. A
         // __syncwarp here would order them for the memory model too, but ptxas then serializes every wgmma
         // of the loop (C7513; perf-log v47).
-        if (kPrefillReleaseLanes == 32 || lane == 0) prefill_release<kCluster>(bars, prev);
+        if (lane == 0) prefill_release<kCluster>(bars, prev);
         prev = -1;
       }
     };
@@ -376,7 +368,7 @@ MOEJIT_DEVICE void prefill_consume(u32 ring, const u8* ring_ptr, const PrefillBa
     cur.advance();
   }
   wgmma_wait<0>();
-  if ((kPrefillReleaseLanes == 32 || lane == 0) && prev >= 0) prefill_release<kCluster>(bars, prev);
+  if (lane == 0 && prev >= 0) prefill_release<kCluster>(bars, prev);
 }
 
 // Calls f(col, i, r) for each of this lane's accumulators i of a kNW-column product: col the token row
@@ -466,7 +458,7 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
       // Tensor copies: lane 0's announcement of the stage's bytes; else the B block's announcement, then every
       // producer lane's copies.
       mbarrier_init(bars.full(st), kPrefillTensorCopies ? 1 : 1 + 32);
-      mbarrier_init(bars.empty(st), kUnitWarps * kCluster * kPrefillReleaseLanes);
+      mbarrier_init(bars.empty(st), kUnitWarps * kCluster);
     }
     if (kTeams > 1)
       for (int t = 0; t < 2; ++t) mbarrier_init(bars.turn(t), kUnitWarps);

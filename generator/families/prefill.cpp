@@ -11,8 +11,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 
 #include "generator/families/family.hpp"
 #include "generator/families/prefill.hpp"
@@ -132,12 +130,7 @@ std::string source(const KernelKey& key, const std::string& entry) {
   a.push_back(fmt::arg("call", call));
   // Keys whose producer moves a stage's weights and scales with one tensor copy each (the runtime passes the
   // planes' tensor maps): moe_prefill.cuh reads the define.
-  // Experiment (perf-log v47, not a key option): MOEJIT_PREFILL_LANE_RELEASE=1 has every consumer lane release
-  // the stages. The generated source, hence the cache entry, differs with it.
-  const char* lane_release = std::getenv("MOEJIT_PREFILL_LANE_RELEASE");
-  const bool lanes = lane_release && std::string_view(lane_release) == "1";
   std::string out = kernel_header(key, 0) + (prefill_tensor_copies(key) ? "#define MOEJIT_PREFILL_TENSOR_COPIES 1\n" : "") +
-                    (lanes ? "#define MOEJIT_PREFILL_LANE_RELEASE 1\n" : "") +
                     "#include \"wgmma.cuh\"\n" + wgmma_rs_source(n) +
                     (wide_accumulators(key) ? std::string() : wgmma_rs_source(n / 2)) +
                     (quarter_width(n) ? wgmma_rs_source(n / 4) : std::string()) +
