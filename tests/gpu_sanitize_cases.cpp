@@ -5,7 +5,7 @@
 //   gpu_sanitize_cases --family decode|cooperative|batch|wgmma|prefill|csf|csf-stream|csf-batch|csf-prefill|
 //                               decode-a8|decode-a4|wgmma-a8|wgmma-a4|prefill-a8|prefill-a4|prefill-teams|
 //                               prefill-cluster
-//                      --shape small|real
+//                      --shape small|long|real
 //
 // decode: the default decode launches (route kernel or inline routing, FC1, FC2/FC2-sum); cooperative:
 // MOEJIT_DECODE_LAUNCH=cooperative (one launch with a grid barrier, read by the Runtime's constructor);
@@ -21,7 +21,10 @@
 // the intermediate in FC1's epilogue, a8's scale blocks exchanged between warp pairs or slab groups
 // through shared memory; a4 with calibrated scales). Every case also runs the weight-repack (prepare)
 // kernel and, where the plan has it, the route kernel. small: 3 experts, H 96, I 160 (tails in every
-// tile); real: gpt-oss-120b's layer (random FP4 codes; no reference check there, it would take minutes
+// tile); long: the same experts with H 1008 and I 672, so a unit's K runs through more chunks than the
+// deepest ring has stages and every stage is refilled while the kernel runs (at the small shape no stage is
+// ever reused, so a missing order between a stage's last readers and its next copy cannot show); real:
+// gpt-oss-120b's layer (random FP4 codes; no reference check there, it would take minutes
 // under the sanitizer's slowdown). The workspace is left as cuMemAlloc returns it, so initcheck sees any
 // read of memory no kernel wrote. Exit 0 ok, 1 wrong output, 2 error, 77 no GPU.
 #include <fmt/format.h>
@@ -109,10 +112,15 @@ Case case_for(const std::string& family, bool real) {
 }
 
 int run(const std::string& family, const std::string& shape) {
-  if (shape != "small" && shape != "real") throw Error(fmt::format("--shape {}: expected small or real", shape));
+  if (shape != "small" && shape != "long" && shape != "real")
+    throw Error(fmt::format("--shape {}: expected small, long or real", shape));
   const bool real = shape == "real";
   const Case c = case_for(family, real);
-  const LayerSpec spec = real ? load_model_config("gpt-oss-120b").local() : small_layer();
+  LayerSpec spec = real ? load_model_config("gpt-oss-120b").local() : small_layer();
+  if (shape == "long") {
+    spec.hidden = 1008;       // FC1's K: 15 whole 64-wide chunks and a 48-wide one
+    spec.intermediate = 672;  // FC2's K: 10 whole chunks and a 32-wide one
+  }
   HostLayer host = real ? make_random_code_layer(spec, 11) : make_random_layer(spec, 11);
   if (c.precision == ActPrecision::a4) {
     const ActivationScales s = calibrate_a4_scales(host, make_random_inputs(spec, 16, 12), /*per_expert=*/false);
@@ -178,7 +186,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: gpu_sanitize_cases --family decode|cooperative|batch|wgmma|prefill|csf|csf-stream|csf-batch|"
                  "csf-prefill|decode-a8|decode-a4|wgmma-a8|wgmma-a4|prefill-a8|prefill-a4|prefill-teams|prefill-cluster "
-                 "--shape small|real\n");
+                 "--shape small|long|real\n");
     return 2;
   }
   try {

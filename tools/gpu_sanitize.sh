@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# compute-sanitizer over every kernel family at a small and a real shape (GPU machine only):
+# compute-sanitizer over every kernel family at a small, a long and a real shape (GPU machine only):
 # memcheck (with leak checking), racecheck, synccheck and initcheck, each over
 # build/tests/gpu_sanitize_cases --family F --shape S for F in decode, cooperative, batch, wgmma, prefill, csf,
 # csf-stream (the decode kernels reading CSF scales), csf-batch, csf-prefill (the batch and prefill kernels
@@ -7,7 +7,8 @@
 # warpgroup-MMA kernels in the
 # quantized activation precisions), prefill-teams (two teams of consumer warpgroups taking units in turn),
 # prefill-cluster (clusters of two CTAs sharing each B block) and
-# S in small (3 experts, H 96, I 160) and real (gpt-oss-120b). Every case also runs the weight-repack and
+# S in small (3 experts, H 96, I 160), long (the same with H 1008, I 672: more K chunks than ring stages, so
+# stages are refilled) and real (gpt-oss-120b). Every case also runs the weight-repack and
 # (where planned) route kernels. Prints one line per (tool, family, shape) and a summary; full reports go
 # to $LOG_DIR (default build/gpu-sanitize/). Exits 1 when any run reports an error.
 #
@@ -19,7 +20,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 LOG_DIR=${LOG_DIR:-$BUILD_DIR/gpu-sanitize}
 TOOLS="memcheck racecheck synccheck initcheck"
 FAMILIES="decode cooperative batch wgmma prefill prefill-teams prefill-cluster csf csf-stream csf-batch csf-prefill decode-a8 decode-a4 wgmma-a8 wgmma-a4 prefill-a8 prefill-a4"
-SHAPES="small real"
+SHAPES="small long real"
 while [ $# -gt 0 ]; do
   case "$1" in
     --tools) TOOLS=$2; shift 2 ;;
