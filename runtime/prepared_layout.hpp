@@ -11,7 +11,10 @@ struct PlaneGeometry {
   size_t runs() const { return static_cast<size_t>(experts) * slabs * chunks * mats * 32; }
   size_t weight_bytes() const { return runs() * 16; }
   // One byte per (row, scale block): 16 rows x 64/block blocks per (slab, chunk, matrix).
-  size_t scale_bytes() const { return static_cast<size_t>(experts) * slabs * chunks * mats * 16 * (64 / block); }
+  size_t scale_bytes() const { return static_cast<size_t>(experts) * slabs * chunks * scale_run_bytes(); }
+  // The bytes of one (slab, chunk): its matrices' 32 lane runs of 16 bytes, and their scale bytes.
+  int weight_run_bytes() const { return mats * 32 * 16; }
+  int scale_run_bytes() const { return mats * 16 * (64 / block); }
 };
 
 inline PlaneGeometry fc1_geometry(const LayerSpec& s) {

@@ -239,10 +239,6 @@ MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w
   constexpr int kScalePieces = kMats * Stage::kScaleChunk / 16;  // and of its scale bytes
   constexpr int kGroupSlabs = kWarps * kPerWarp;
   const int lane = lane_id();
-  const u8* wb = reinterpret_cast<const u8*>(w);
-  // A cluster pair's rows of each B block: the CTA of the pair's even row group (rank 0) copies the first half.
-  const int b_half = (rows / 8 + 1) / 2 * 8, b_second = group % kCluster;
-  const int b_first = b_second ? b_half : 0, b_count = b_second ? rows - b_half : b_half;
   if constexpr (kPrefillTensorCopies) {
     // Per chunk three copies by lane 0: the B block, the row group's weight runs and their scale bytes, the
     // last two as one box each of the planes' [slab][chunk][run] tensor maps (slabs past the matrix read the
@@ -267,6 +263,10 @@ MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w
       cur.skip(kChunks);
     }
   } else {
+    const u8* wb = reinterpret_cast<const u8*>(w);
+    // A cluster pair's rows of each B block: the CTA of the pair's even row group (rank 0) copies the first half.
+    const int b_half = (rows / 8 + 1) / 2 * 8, b_second = group % kCluster;
+    const int b_first = b_second ? b_half : 0, b_count = b_second ? rows - b_half : b_half;
 #pragma unroll 1
     for (int c = 0; c < kChunks; ++c) {
       mbarrier_wait(bars.empty(cur.stage), cur.phase ^ 1u);

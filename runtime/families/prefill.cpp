@@ -11,13 +11,13 @@
 #include <cstdint>
 
 #include "moejit/error.hpp"
-#include "generator/families/family.hpp"
 #include "generator/families/prefill.hpp"
 #include "moejit/generator.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/families/families.hpp"
 #include "runtime/kernel_params.hpp"
 #include "runtime/launch.hpp"
+#include "runtime/prepared_layout.hpp"
 
 namespace moejit::detail {
 
@@ -52,19 +52,18 @@ void encode_slab_runs(TensorMapBytes& map, DevicePtr plane, long long slabs, int
                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
 }
 
-// The maps of one FC kernel over its planes (w_bytes, s_bytes: their sizes), k = the matrix's K (FC1 H,
-// FC2 I), mats its matrices per slab. The slab count comes from the planes themselves, so a box past the
-// last local expert reads zeros, never past the allocation.
+// The maps of one FC kernel over its planes, whose layout `g` gives (w_bytes, s_bytes: the planes' sizes,
+// checked against it). The maps span every local expert's slabs, so a box past the last one reads zeros,
+// never past the allocation.
 template <class Params>
-void set_tensor_maps(Params& p, const KernelKey& key, size_t w_bytes, size_t s_bytes, int k, int mats) {
-  const int chunks = (k + 63) / 64, box_slabs = key.warps / key.groups * key.slabs;
-  const int w_run = mats * 512, s_run = mats * chunk_scale_bytes(key);
-  const long long slabs = static_cast<long long>(w_bytes / (static_cast<size_t>(chunks) * w_run));
-  if (static_cast<size_t>(slabs) * chunks * w_run != w_bytes || static_cast<size_t>(slabs) * chunks * s_run != s_bytes)
-    throw Error(fmt::format("{}: planes of {} and {} bytes are not [slabs][{} chunks][{} / {} bytes]", key.str(), w_bytes,
-                            s_bytes, chunks, w_run, s_run));
-  encode_slab_runs(p.w_map, p.w, slabs, chunks, w_run, box_slabs);
-  encode_slab_runs(p.s_map, p.s, slabs, chunks, s_run, box_slabs);
+void set_tensor_maps(Params& p, const KernelKey& key, const PlaneGeometry& g, size_t w_bytes, size_t s_bytes) {
+  if (g.weight_bytes() != w_bytes || g.scale_bytes() != s_bytes)
+    throw Error(fmt::format("{}: planes of {} and {} bytes, where the prepared layout has {} and {}", key.str(), w_bytes,
+                            s_bytes, g.weight_bytes(), g.scale_bytes()));
+  const long long slabs = static_cast<long long>(g.experts) * g.slabs;
+  const int box_slabs = key.warps / key.groups * key.slabs;
+  encode_slab_runs(p.w_map, p.w, slabs, g.chunks, g.weight_run_bytes(), box_slabs);
+  encode_slab_runs(p.s_map, p.s, slabs, g.chunks, g.scale_run_bytes(), box_slabs);
 }
 
 }  // namespace
@@ -90,7 +89,7 @@ void launch_prefill(const ForwardContext& ctx) {
   p1.tiles = ctx.args.workspace + ctx.ws.tiles;
   p1.row_pair = ctx.args.workspace + ctx.ws.row_pair;
   if (prefill_tensor_copies(fc1_key))
-    set_tensor_maps(p1, fc1_key, ctx.layer.fc1_w.size(), ctx.layer.fc1_s.size(), spec.hidden, fc1_mats(fc1_key));
+    set_tensor_maps(p1, fc1_key, fc1_geometry(spec), ctx.layer.fc1_w.size(), ctx.layer.fc1_s.size());
   const unsigned gather_y = static_cast<unsigned>(((spec.hidden + 63) / 64 + kPrefillGatherChunksPerCta - 1) / kPrefillGatherChunksPerCta);
   launch(ctx.modules.function(fc1_key, ctx.stream, "_gather"),
          LaunchShape{static_cast<unsigned>(tiles), gather_y, 1, 256, 0}, ctx.stream, &p1,
@@ -105,7 +104,8 @@ void launch_prefill(const ForwardContext& ctx) {
   set_fc2_scales(p2, ctx, fc2_key);
   p2.tiles = p1.tiles;
   p2.row_pair = p1.row_pair;
-  if (prefill_tensor_copies(fc2_key)) set_tensor_maps(p2, fc2_key, ctx.layer.fc2_w.size(), ctx.layer.fc2_s.size(), spec.intermediate, 1);
+  if (prefill_tensor_copies(fc2_key))
+    set_tensor_maps(p2, fc2_key, fc2_geometry(spec), ctx.layer.fc2_w.size(), ctx.layer.fc2_s.size());
   const CUfunction fc2 = ctx.modules.function(fc2_key, ctx.stream);
   launch(fc2,
          LaunchShape{persistent_grid(ctx, fc2_key, spec.hidden, fc2), 1, 1, static_cast<unsigned>(kernel_threads(fc2_key)),
