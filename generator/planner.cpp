@@ -70,28 +70,35 @@ std::string Plan::describe() const {
 }
 
 namespace {
-// A key reading the planes of csf_scales: the bits its kind reads, and, for the decode family, the tile fitted
-// to its CSF scale stages (fit_decode_csf_key).
-KernelKey csf_key(KernelKey k, int csf_scales) {
-  k.csf_scales = csf_scales;
+// A key reading the planes of csf_scales (batched_csf_scales for the batch and prefill families): the bits its
+// kind reads, and, for the decode family, the tile fitted to its CSF scale stages (fit_decode_csf_key).
+KernelKey csf_key(KernelKey k, int csf_scales, int batched_csf_scales) {
+  const Family family = detail::family_of(k.kind).family;
+  k.csf_scales = family == Family::batch || family == Family::prefill ? batched_csf_scales : csf_scales;
   k = k.normalized();
-  if (detail::family_of(k.kind).family == Family::decode) k = detail::fit_decode_csf_key(k);
+  if (family == Family::decode) k = detail::fit_decode_csf_key(k);
   return k;
 }
 }  // namespace
 
-Plan with_csf_scales(Plan plan, int csf_scales) {
-  for (KernelKey& k : plan.kernels) k = csf_key(k, csf_scales);
+Plan with_csf_scales(Plan plan, int csf_scales, int batched_csf_scales) {
+  for (KernelKey& k : plan.kernels) k = csf_key(k, csf_scales, batched_csf_scales);
   return plan;
 }
 
-std::vector<KernelKey> with_csf_scales(std::vector<KernelKey> keys, int csf_scales) {
+Plan with_csf_scales(Plan plan, int csf_scales) { return with_csf_scales(std::move(plan), csf_scales, csf_scales); }
+
+std::vector<KernelKey> with_csf_scales(std::vector<KernelKey> keys, int csf_scales, int batched_csf_scales) {
   std::vector<KernelKey> out;
   for (const KernelKey& raw : keys) {
-    const KernelKey k = csf_key(raw, csf_scales);
+    const KernelKey k = csf_key(raw, csf_scales, batched_csf_scales);
     if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
   }
   return out;
+}
+
+std::vector<KernelKey> with_csf_scales(std::vector<KernelKey> keys, int csf_scales) {
+  return with_csf_scales(std::move(keys), csf_scales, csf_scales);
 }
 
 }  // namespace moejit

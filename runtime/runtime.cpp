@@ -189,10 +189,11 @@ std::shared_ptr<PreparedLayer> Runtime::prepare(const HostLayer& layer, const Pr
   const LayerSpec& spec = layer.spec;
   auto csf_plane = [&](bool held_as_csf, const std::vector<uint8_t>& plain, const PreparedScaleGeometry& g,
                        PreparedLayerImpl::CsfBuffers& out) {
-    if (options.scales == ScaleReads::plain || (options.scales == ScaleReads::automatic && !held_as_csf)) return false;
+    const bool chosen = options.scales == ScaleReads::automatic || options.scales == ScaleReads::compact;
+    if (options.scales == ScaleReads::plain || (chosen && !held_as_csf)) return false;
     PreparedCsfPlane p = build_prepared_csf(g, plain.data());
     // Incompressible planes stay plain: the kernels would read more, and more records.
-    if (options.scales == ScaleReads::automatic && p.bytes() >= g.plain_bytes()) return false;
+    if (chosen && p.bytes() >= g.plain_bytes()) return false;
     out.offsets = DeviceBuffer::from(p.offsets);
     out.base = DeviceBuffer::from(p.base);
     out.exc = DeviceBuffer::from(p.exc);
@@ -202,9 +203,11 @@ std::shared_ptr<PreparedLayer> Runtime::prepare(const HostLayer& layer, const Pr
   };
   impl.fc1_csf = csf_plane(layer.w13_scale_csf.has_value(), fc1_plain, fc1_prepared_geometry(spec), impl.fc1_csf_s);
   impl.fc2_csf = csf_plane(layer.w2_scale_csf.has_value(), fc2_plain, fc2_prepared_geometry(spec), impl.fc2_csf_s);
-  // Every kernel an a16 layer can plan (decode, batch, prefill) reads a CSF plane as CSF, so its plain
+  // automatic: the batch and prefill families read the plain planes, which the layer keeps. compact and
+  // csf: every kernel an a16 layer can plan (decode, batch, prefill) reads a CSF plane as CSF, so its plain
   // prepared plane is dropped; the a8/a4 kernels read plain planes, so those layers keep both forms.
-  if (spec.precision == ActPrecision::a16) {
+  impl.batched_csf = options.scales == ScaleReads::compact || options.scales == ScaleReads::csf;
+  if (spec.precision == ActPrecision::a16 && impl.batched_csf) {
     if (impl.fc1_csf) impl.fc1_s = DeviceBuffer{};
     if (impl.fc2_csf) impl.fc2_s = DeviceBuffer{};
   }
@@ -228,7 +231,7 @@ size_t Runtime::workspace_size(const PreparedLayer& layer, int max_tokens) const
 
 Plan Runtime::plan(const PreparedLayer& layer, int tokens, Family force) const {
   return with_csf_scales(make_plan(layer.spec(), impl_->arch, tokens, impl_->sms, force, impl_->tuning),
-                         layer.csf_scales());
+                         layer.csf_scales(), layer.batched_csf_scales());
 }
 
 void Runtime::prewarm(const PreparedLayer& layer, int max_tokens, Family force) {
@@ -236,7 +239,8 @@ void Runtime::prewarm(const PreparedLayer& layer, int max_tokens, Family force) 
   // The repack kernel too, as `moejit prewarm` does, so that prewarm covers every kernel of the layer's
   // spec; preparing the layer on this runtime has loaded it already, and then it is a lookup.
   std::vector<KernelKey> keys = with_csf_scales(
-      keys_for_range(layer.spec(), impl_->arch, max_tokens, impl_->sms, force, impl_->tuning), layer.csf_scales());
+      keys_for_range(layer.spec(), impl_->arch, max_tokens, impl_->sms, force, impl_->tuning), layer.csf_scales(),
+      layer.batched_csf_scales());
   const KernelKey prep = prepare_key(impl_->arch);
   if (std::find(keys.begin(), keys.end(), prep) == keys.end()) keys.insert(keys.begin(), prep);
   ScopedContext in(impl_->ctx);
@@ -280,7 +284,8 @@ void Runtime::forward(const PreparedLayer& layer_base, const ForwardArgs& a) {
     throw Error(fmt::format("forward: workspace has {} bytes but {} tokens need {} (size it with workspace_size)",
                             a.workspace_bytes, a.tokens, ws.total));
   const Plan plan =
-      with_csf_scales(make_plan(spec, impl_->arch, a.tokens, impl_->sms, a.force, impl_->tuning), layer.csf_scales());
+      with_csf_scales(make_plan(spec, impl_->arch, a.tokens, impl_->sms, a.force, impl_->tuning), layer.csf_scales(),
+                      layer.batched_csf_scales());
   const ForwardContext ctx{layer, a, ws, plan, impl_->modules, static_cast<CUstream>(a.stream), alpha, beta, limit,
                            impl_->sms};
   ScopedContext in(impl_->ctx);

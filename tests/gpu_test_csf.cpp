@@ -308,6 +308,29 @@ TEST_CASE("CSF scale reads: a compressed layer file's planes read as CSF where t
   const PreparedScaleBytes b = p->scale_bytes();
   CHECK(b.fc1_csf < b.fc1_plain);
   CHECK(b.fc2_csf < b.fc2_plain);
+  // By default the batch and prefill families read the plain planes, which the layer keeps; compact drops
+  // them and every family reads CSF. Either way the outputs are the plain layer's, bit for bit.
+  CHECK(p->batched_csf_scales() == 0);
+  const auto compact = rt.prepare(real, PrepareOptions{ScaleReads::compact});
+  CHECK(compact->csf_scales() == 3);
+  CHECK(compact->batched_csf_scales() == 3);
+  CHECK(p->device_bytes() == compact->device_bytes() + b.fc1_plain + b.fc2_plain);
+  const auto plain = rt.prepare(real, PrepareOptions{ScaleReads::plain});
+  const bool sm90 = rt.arch() == Arch::sm_90a;
+  for (auto [family, m] : {std::pair{Family::decode, 3}, std::pair{Family::batch, 96}, std::pair{Family::prefill, 256}}) {
+    if (family == Family::prefill && !sm90) continue;
+    INFO(fmt::format("{} M {}", to_string(family), m));
+    const bool batched = family != Family::decode;
+    for (const KernelKey& k : rt.plan(*p, m, family).kernels)
+      if (k.kind != KernelKind::route) CHECK((k.csf_scales != 0) == !batched);
+    for (const KernelKey& k : rt.plan(*compact, m, family).kernels)
+      if (k.kind != KernelKind::route) CHECK(k.csf_scales != 0);
+    const HostInputs in = make_random_inputs(spec, m, 500 + m, true);
+    DeviceInputs d = upload_inputs(rt, *plain, in, m);
+    const auto want = run_poisoned(rt, *plain, d, m, family);
+    CHECK(run_poisoned(rt, *p, d, m, family) == want);
+    CHECK(run_poisoned(rt, *compact, d, m, family) == want);
+  }
   HostLayer noise = make_random_code_layer(spec, 3);
   compress_scales(noise, CsfPolicy::always);
   CHECK(rt.prepare(noise)->csf_scales() == 0);

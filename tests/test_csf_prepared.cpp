@@ -471,6 +471,26 @@ TEST_CASE("keys: csf_scales is the tile suffix z, kept per kind, and reaches the
   // Keys without CSF keep their strings (and so their cache entries).
   CHECK_THAT(plain.kernels.back().str(), !Contains("z"));
   CHECK(with_csf_scales(plain, 0).kernels == plain.kernels);
+  // A layer that keeps its plain planes (prepare's default) has the batch and prefill keys read them: their
+  // keys are the plain plan's, the decode keys those of CSF reads.
+  for (Family family : {Family::batch, Family::prefill}) {
+    const Plan big = make_plan(spec, Arch::sm_90a, 4096, 132, family);
+    CHECK(with_csf_scales(big, 3, 0).kernels == big.kernels);
+    CHECK(with_csf_scales(big, 3, 3).kernels == with_csf_scales(big, 3).kernels);
+  }
+  CHECK(with_csf_scales(plain, 3, 0).kernels == csf.kernels);
+  const std::vector<KernelKey> range = keys_for_range(spec, Arch::sm_90a, 4096, 132);
+  for (const KernelKey& k : with_csf_scales(range, 3, 0)) {
+    INFO(k.str());
+    switch (k.kind) {
+      case KernelKind::batch_fc1:
+      case KernelKind::batch_fc2:
+      case KernelKind::prefill_fc1:
+      case KernelKind::prefill_fc2: CHECK(k.csf_scales == 0); break;
+      case KernelKind::decode_fc1: CHECK(k.csf_scales == 1); break;
+      default: break;
+    }
+  }
 }
 
 TEST_CASE("CSF decode kernels of every decode kind compile for sm_90a and sm_120a", "[csf][compile]") {

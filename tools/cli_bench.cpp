@@ -25,9 +25,11 @@
 //
 // --scales csf: the layer's block scales are made the way real ones are (make_realistic_layer's
 // quantized Gaussian weights, on two experts, their scale planes repeated over every expert: CSF works
-// per row, so the ratio is the same), the layer is prepared twice, with plain and with CSF scale reads
-// (docs/CSF.md §8), and both are timed, in the same run, next to each other; the scale bytes per
-// expert count what each form reads. --scales csf-random does the same with the random scales, read as
+// per row, so the ratio is the same), the layer is prepared twice, with plain scale reads and compressed
+// as `moejit compress` writes it with prepare's default (the decode family reads CSF, batch and prefill
+// the plain planes; docs/CSF.md §8), and both are timed, in the same run, next to each other; the scale
+// bytes per expert count what each M's family reads. --scales csf-compact: the compressed layer prepared
+// with ScaleReads::compact (every family reads CSF). --scales csf-random does the same with the random scales, read as
 // CSF although they do not compress (prepare's automatic choice keeps such planes plain): the cost of
 // the exception records at their worst.
 #include <fmt/format.h>
@@ -41,6 +43,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "moejit/csf_layer.hpp"
 #include "moejit/error.hpp"
 #include "moejit/host_layer.hpp"
 #include "moejit/reference.hpp"
@@ -207,12 +210,15 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
   rt.prewarm(layer, max_m, force);  // module loads (and compiles, if anything is missing) outside capture
 
   const auto g1 = detail::fc1_geometry(spec), g2 = detail::fc2_geometry(spec);
-  // Scale bytes as the decode kernels read them: the prepared CSF planes where the layer has them.
+  // Bytes per expert as a family's kernels read them: the prepared CSF planes of the mask (the layer's
+  // csf_scales for the decode family, batched_csf_scales for batch and prefill), else the plain planes.
   const PreparedScaleBytes sb = layer.scale_bytes();
-  const size_t fc1_scales = (layer.csf_scales() & 1) ? sb.fc1_csf : g1.scale_bytes();
-  const size_t fc2_scales = (layer.csf_scales() & 2) ? sb.fc2_csf : g2.scale_bytes();
-  const double per_expert =
-      static_cast<double>(g1.weight_bytes() + fc1_scales + g2.weight_bytes() + fc2_scales) / spec.experts;
+  auto bytes_per_expert = [&](int csf_mask) {
+    const size_t fc1_scales = (csf_mask & 1) ? sb.fc1_csf : g1.scale_bytes();
+    const size_t fc2_scales = (csf_mask & 2) ? sb.fc2_csf : g2.scale_bytes();
+    return static_cast<double>(g1.weight_bytes() + fc1_scales + g2.weight_bytes() + fc2_scales) / spec.experts;
+  };
+  const double per_expert = std::max(bytes_per_expert(layer.csf_scales()), bytes_per_expert(layer.batched_csf_scales()));
   const double macs_per_pair =
       static_cast<double>(spec.fc1_rows()) * spec.hidden + static_cast<double>(spec.hidden) * spec.intermediate;
 
@@ -287,7 +293,11 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
       }
     }
     BenchRow row;
-    const double weight_bytes = per_expert * static_cast<double>(touched.size());
+    const Family family = rt.plan(layer, m, force).family;
+    const double weight_bytes =
+        bytes_per_expert(family == Family::batch || family == Family::prefill ? layer.batched_csf_scales()
+                                                                               : layer.csf_scales()) *
+        static_cast<double>(touched.size());
     if (weight_bytes <= static_cast<double>(read_floor.capacity())) {
       const CapturedGraph floor_graph =
           timed_graph(s, flush, start, stop, [&] { read_floor.enqueue(static_cast<size_t>(weight_bytes), s); });
@@ -386,14 +396,18 @@ void print_scale_report(const PreparedLayer& csf) {
   const double read = static_cast<double>(((csf.csf_scales() & 1) ? b.fc1_csf : b.fc1_plain) +
                                           ((csf.csf_scales() & 2) ? b.fc2_csf : b.fc2_plain));
   fmt::print("prepared scales per layer: plain {} (FC1 {}, FC2 {}), CSF {} (FC1 {}, FC2 {}): {:.2f}x smaller; the\n"
-             "decode kernels' bytes per expert (FP4 + scales) drop by {:.2f}%. Every family reads the CSF planes\n"
-             "(decode rebuilds a slab's scales in shared memory, batch and prefill each chunk's in registers);\n"
+             "decode kernels' bytes per expert (FP4 + scales) drop by {:.2f}%. {};\n"
              "the layer's device memory {}.\n",
              human_bytes(plain), human_bytes(static_cast<double>(b.fc1_plain)),
              human_bytes(static_cast<double>(b.fc2_plain)), human_bytes(read),
              human_bytes(static_cast<double>((csf.csf_scales() & 1) ? b.fc1_csf : b.fc1_plain)),
              human_bytes(static_cast<double>((csf.csf_scales() & 2) ? b.fc2_csf : b.fc2_plain)),
              read > 0 ? plain / read : 0.0, 100.0 * (plain - read) / (weights + plain),
+             csf.batched_csf_scales() == csf.csf_scales()
+                 ? "Every family reads the CSF planes (decode rebuilds a slab's scales in shared memory, batch and\n"
+                   "prefill each chunk's in registers) and the layer keeps no plain copy of them"
+                 : "The decode family reads the CSF planes; the batch and prefill families read the plain planes,\n"
+                   "which the layer keeps beside them",
              human_bytes(static_cast<double>(csf.device_bytes())));
 }
 
@@ -484,8 +498,11 @@ int cmd_bench(int argc, char** argv) {
        {"json", "PATH", "also write the rows as JSON"},
        {"seed", "N", "random seed (default 1)"},
        {"jobs", "N", "prewarm worker processes (default: number of CPUs)"},
-       {"scales", "S", "plain (default); csf: scales made as real ones are, timed with plain and with CSF scale reads "
-                       "side by side (docs/CSF.md), with the prepared bytes; csf-random: the random scales read as CSF (a16)"},
+       {"scales", "S", "plain (default); csf: scales made as real ones are, the layer compressed and prepared as by "
+                       "default (the decode family reads CSF, batch and prefill the plain planes kept beside), timed "
+                       "with plain scales side by side (docs/CSF.md), with the prepared bytes; csf-compact: the same "
+                       "with every family reading CSF and no plain copy (ScaleReads::compact); csf-random: the random "
+                       "scales read as CSF by every family (a16)"},
        {"precision", "LIST", "activation precisions timed in this run, e.g. a16,a8,a4 (default: the config's, else a16)"},
        {"a4-scales", "S", "a4's global input scales: shared (default; one a1_gs and a2_gs, x quantized once per token) or "
                           "per-expert (one per expert, as ModelOpt checkpoints give them: x quantized once per routed "
@@ -511,8 +528,8 @@ int cmd_bench(int argc, char** argv) {
     throw UsageError(fmt::format("--family: {}", e.what()));
   }
   const std::string scales = args.str("scales", "plain");
-  if (scales != "plain" && scales != "csf" && scales != "csf-random")
-    throw UsageError(fmt::format("--scales must be plain, csf or csf-random, got '{}'", scales));
+  if (scales != "plain" && scales != "csf" && scales != "csf-compact" && scales != "csf-random")
+    throw UsageError(fmt::format("--scales must be plain, csf, csf-compact or csf-random, got '{}'", scales));
   const LayerSpec config_local = cfg.local();
   std::vector<ActPrecision> precisions;
   for (const std::string& name : split_list(args.str("precision", std::string(to_string(config_local.precision))))) {
@@ -528,7 +545,7 @@ int cmd_bench(int argc, char** argv) {
   if (args.has("a4-scales") && std::find(precisions.begin(), precisions.end(), ActPrecision::a4) == precisions.end())
     throw UsageError("--a4-scales sets the a4 precision's input scales; --precision does not time a4");
   if (scales != "plain" && (precisions.size() != 1 || precisions[0] != ActPrecision::a16))
-    throw UsageError("--scales csf and csf-random time a16 layers (the decode kernels read CSF scales in a16 only); "
+    throw UsageError("--scales csf, csf-compact and csf-random time a16 layers (the decode kernels read CSF scales in a16 only); "
                      "leave --precision out or give a16");
   const GpuProbe& gpu = gpu_probe();  // in a child: the workers below are forked before this process inits CUDA
   if (!gpu.usable())
@@ -556,9 +573,17 @@ int cmd_bench(int argc, char** argv) {
     const LayerSpec& local = config_local;
     std::shared_ptr<PreparedLayer> prepared, prepared_csf;
     {
-      const HostLayer layer = bench_layer(local, static_cast<uint64_t>(seed), scales == "csf");
+      HostLayer layer = bench_layer(local, static_cast<uint64_t>(seed), scales != "csf-random");
       prepared = rt.prepare(layer, PrepareOptions{ScaleReads::plain});
-      prepared_csf = rt.prepare(layer, PrepareOptions{ScaleReads::csf});
+      if (scales == "csf-random") {
+        prepared_csf = rt.prepare(layer, PrepareOptions{ScaleReads::csf});
+      } else {
+        // The layer as `moejit compress` writes it (planes in CSF where that is smaller), prepared as a
+        // server would: prepare's default (csf), or every family reading CSF (csf-compact).
+        compress_scales(layer);
+        prepared_csf =
+            rt.prepare(layer, PrepareOptions{scales == "csf" ? ScaleReads::automatic : ScaleReads::compact});
+      }
     }
     // The dense ceiling once, after both (its GEMMs slow what follows them).
     const BenchReport rep = run_bench(rt, *prepared, cfg.name + " (plain scales)", tokens, replays,

@@ -292,8 +292,9 @@ int cmd_prewarm(int argc, char** argv) {
        {"precision", "P", "activation precision a16, a8 or a4 (default: the config's, else a16)"},
        {"jobs", "N", "worker processes (default: number of CPUs)"},
        {"sm-count", "N", "SM count the planner assumes (default: the GPU's, else the architecture's usual GPU: 132 sm_90a, 148 sm_100a, 188 sm_120a, 48 sm_121a)"},
-       {"scales", "S", "plain (default): the kernels of plain scale reads; csf: the decode kernels that read CSF scale "
-                       "planes (layers prepared from CSF layer files, docs/CSF.md) instead; both: both sets"},
+       {"scales", "S", "plain (default): the kernels of plain scale reads; csf: the kernels of layers prepared from CSF "
+                       "layer files (docs/CSF.md): decode kernels reading CSF, batch and prefill kernels reading "
+                       "plain (the default) or CSF scale planes (ScaleReads::compact); both: both sets"},
        {"quiet", "", "no progress line"}},
       {}}, false, "[--arch ARCH] [--max-tokens N] [--jobs N]");
   Args args(spec, argc, argv, 2);
@@ -318,12 +319,14 @@ int cmd_prewarm(int argc, char** argv) {
   const std::vector<KernelKey> plain_keys =
       prewarm_keys(local, arch, max_tokens, sms, Family::automatic, TuningOverrides::from_environment());
   // A layer reads either plane or both as CSF (PreparedLayer::csf_scales), which only the cooperative
-  // kernel's key tells apart: every mask, without duplicates.
+  // kernel's key tells apart: every mask, without duplicates; its batch and prefill kernels read the plain
+  // planes (prepare's default) or the same CSF planes (ScaleReads::compact): both.
   std::vector<KernelKey> keys = scales == "csf" ? std::vector<KernelKey>{} : plain_keys;
   if (scales != "plain")
     for (int mask : {1, 2, 3})
-      for (const KernelKey& k : with_csf_scales(plain_keys, mask))
-        if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+      for (int batched : {0, mask})
+        for (const KernelKey& k : with_csf_scales(plain_keys, mask, batched))
+          if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
   if (env_flag("MOEJIT_NO_JIT")) {
     // Servers run with MOEJIT_NO_JIT=1 so that they never compile; prewarm is how their cache gets filled.
     fmt::print(stderr, "moejit prewarm: note: ignoring MOEJIT_NO_JIT={} (prewarm compiles what is missing)\n",

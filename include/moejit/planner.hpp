@@ -41,9 +41,13 @@ int prefill_from_tokens(const LayerSpec& spec, Arch arch);
 Plan make_plan(const LayerSpec& spec, Arch arch, int tokens, int sm_count, Family force = Family::automatic,
                const TuningOverrides& tuning = {});
 // The plan's kernels read the scale planes of `csf_scales` (PreparedLayer::csf_scales: bit 1 FC1's,
-// 2 FC2's) in CSF: sets each key's csf_scales, normalized per kind. Pure.
+// 2 FC2's) in CSF, the batch and prefill families' those of `batched_csf_scales`
+// (PreparedLayer::batched_csf_scales): sets each key's csf_scales, normalized per kind. Pure.
+Plan with_csf_scales(Plan plan, int csf_scales, int batched_csf_scales);
+// Every family the same planes.
 Plan with_csf_scales(Plan plan, int csf_scales);
 // The same for a key list, without duplicates (keys_for_range's).
+std::vector<KernelKey> with_csf_scales(std::vector<KernelKey> keys, int csf_scales, int batched_csf_scales);
 std::vector<KernelKey> with_csf_scales(std::vector<KernelKey> keys, int csf_scales);
 
 // Every distinct key forward may need for 1..max_tokens tokens, with the same arguments.

@@ -84,11 +84,16 @@ struct ForwardArgs {
 
 // How prepare(HostLayer) lays out the scale planes the kernels read (docs/CSF.md §6, §8).
 enum class ScaleReads {
-  // A plane the HostLayer holds in CSF is read as CSF when its prepared CSF form takes fewer bytes than
-  // the plain prepared plane; other planes plainly.
+  // A plane the HostLayer holds in CSF is read as CSF by the decode family when its prepared CSF form takes
+  // fewer bytes than the plain prepared plane; other planes plainly. The layer keeps the plain prepared
+  // planes too, which the batch and prefill families read (their loops are bound by instructions, not by
+  // scale bytes, and rebuilding CSF scales there costs time: docs/DECISIONS.md, "Compressed scale format").
   automatic,
+  // As automatic, but every family reads those planes as CSF and an a16 layer keeps no plain copy: the
+  // least device memory, for slower batch and prefill steps.
+  compact,
   plain,  // every plane plainly (CSF planes are expanded on the host)
-  csf,    // every plane as CSF, also a plain-held or incompressible one (tests, benches)
+  csf,    // every plane as CSF in every family, also a plain-held or incompressible one (tests, benches)
 };
 struct PrepareOptions {
   ScaleReads scales = ScaleReads::automatic;
@@ -108,10 +113,13 @@ class PreparedLayer {
   virtual ~PreparedLayer() = default;
   virtual const LayerSpec& spec() const = 0;     // the local layer it was prepared from
   virtual size_t device_bytes() const = 0;       // device memory it holds, in bytes
-  // Which scale planes the kernels read in CSF (the kernel keys' csf_scales): bit 1 FC1's, 2 FC2's. Every
-  // a16 kernel (decode, batch, prefill) reads such a plane as CSF, and an a16 layer holds only that form
-  // of it; the a8/a4 kernels read plain planes, which a8/a4 layers keep beside the CSF ones.
+  // Which scale planes the decode family's kernels read in CSF (the kernel keys' csf_scales): bit 1 FC1's,
+  // 2 FC2's. The a8/a4 kernels read plain planes, which a8/a4 layers keep beside the CSF ones.
   virtual int csf_scales() const = 0;
+  // The same for the batch and prefill families: csf_scales() where the layer was prepared with
+  // ScaleReads::compact or csf (an a16 layer then holds only the CSF form of those planes), else 0 (they
+  // read the plain planes, which the layer keeps).
+  virtual int batched_csf_scales() const = 0;
   virtual PreparedScaleBytes scale_bytes() const = 0;
 };
 
