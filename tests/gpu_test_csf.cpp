@@ -6,7 +6,7 @@
 // both formats, every activation, bias and limit, layers with forced exceptions, stages in dynamic shared
 // memory, and the golden layers.
 // The batch family (register-fed and warpgroup-MMA kernels) and the prefill family read the prepared CSF
-// planes too (an a16 layer prepared with CSF reads keeps no plain planes), and must agree the same way:
+// planes too (an a16 layer prepared with ScaleReads::csf or compact keeps no plain planes; by default they read the plain planes), and must agree the same way:
 // every tile kind (one and two slabs per warp, FC2's slab pairs with an odd slab count), H and I tails,
 // several M.
 #include "catch_compat.hpp"
@@ -184,7 +184,7 @@ void expect_identical_token_tiles(const HostLayer& plain, const std::vector<int>
   const auto p_plain = base.prepare(plain, PrepareOptions{ScaleReads::plain});
   const auto p_csf = base.prepare(plain, PrepareOptions{ScaleReads::csf});
   REQUIRE(p_csf->csf_scales() == 3);
-  // Every kernel an a16 layer plans reads CSF, so the CSF layer keeps no plain planes.
+  // With ScaleReads::csf every kernel an a16 layer plans reads CSF, so the CSF layer keeps no plain planes.
   const PreparedScaleBytes b = p_csf->scale_bytes();
   CHECK(p_csf->device_bytes() == p_plain->device_bytes() - b.fc1_plain - b.fc2_plain + b.fc1_csf + b.fc2_csf);
   // Every variant's kernels, plain and CSF, compiled first in parallel processes (NVRTC serializes compiles
