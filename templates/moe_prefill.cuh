@@ -190,12 +190,22 @@ struct PrefillBarriers {
   MOEJIT_DEVICE u32 turn(int t) const { return base + 8 * (2 * kStages + t); }
 };
 
-// A consumer warp's release of stage s (lane 0): on its own CTA's empty barrier and, in a cluster pair, on
-// the other CTA's too, whose producer multicasts half of each B block into this CTA's stage.
+// Consumer lanes that release each stage: all 32 of a warp, so each lane's own arrival orders its reads of
+// the stage before the producer's next copies into it. Cluster pairs keep lane 0's release (on both CTAs'
+// barriers): any per-lane or divergent arrival in their loop makes ptxas serialize its wgmmas (C7513), and
+// racecheck reports their stages' reads (docs/RELIABILITY.md). perf-log v48.
+template <int kCluster>
+inline constexpr int kPrefillReleaseLanes = kCluster == 1 ? 32 : 1;
+
+// A consumer warp's release of stage s, by its kPrefillReleaseLanes lanes: on its own CTA's empty barrier
+// and, in a cluster pair, on the other CTA's too, whose producer multicasts half of each B block into this
+// CTA's stage.
 template <int kCluster, int kStages>
 MOEJIT_DEVICE void prefill_release(const PrefillBarriers<kStages>& bars, int s) {
-  mbarrier_arrive(bars.empty(s));
-  if constexpr (kCluster > 1) mbarrier_arrive_cluster(bars.empty(s), cluster_cta_rank() ^ 1u);
+  if (kPrefillReleaseLanes<kCluster> == 32 || lane_id() == 0) {
+    mbarrier_arrive(bars.empty(s));
+    if constexpr (kCluster > 1) mbarrier_arrive_cluster(bars.empty(s), cluster_cta_rank() ^ 1u);
+  }
 }
 
 // Ring position, shared by producer and consumers' walks: the stage and the parity of its current use.
@@ -341,11 +351,12 @@ MOEJIT_DEVICE void prefill_consume(u32 ring, const u8* ring_ptr, const PrefillBa
     const u32x4* wr = reinterpret_cast<const u32x4*>(at + Stage::kBBytes) + warp * kA * 32 + lane;
     auto release_previous = [&](int st) {
       if (st == 1 && prev >= 0) {
-        // Every MMA of the previous chunk is done. The other lanes' reads of that stage (their A words and
-        // scales) fed those warp-collective MMAs, so they have returned before lane 0 releases it. A
-        // __syncwarp here would order them for the memory model too, but ptxas then serializes every wgmma
-        // of the loop (C7513; perf-log v47).
-        if (lane == 0) prefill_release<kCluster>(bars, prev);
+        // Every MMA of the previous chunk is done. Each lane releases the stage itself (kPrefillReleaseLanes),
+        // so its own reads of the stage (its A words and scales) are ordered before the producer's next
+        // copies into it by its own arrival. Lane 0's arrival alone relies on the data flow into the
+        // warp-collective MMAs (racecheck reports the reads); a __syncwarp before it makes ptxas serialize
+        // every wgmma of the loop (C7513).
+        prefill_release<kCluster>(bars, prev);
         prev = -1;
       }
     };
@@ -368,7 +379,7 @@ MOEJIT_DEVICE void prefill_consume(u32 ring, const u8* ring_ptr, const PrefillBa
     cur.advance();
   }
   wgmma_wait<0>();
-  if (lane == 0 && prev >= 0) prefill_release<kCluster>(bars, prev);
+  if (prev >= 0) prefill_release<kCluster>(bars, prev);
 }
 
 // Calls f(col, i, r) for each of this lane's accumulators i of a kNW-column product: col the token row
@@ -458,7 +469,7 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
       // Tensor copies: lane 0's announcement of the stage's bytes; else the B block's announcement, then every
       // producer lane's copies.
       mbarrier_init(bars.full(st), kPrefillTensorCopies ? 1 : 1 + 32);
-      mbarrier_init(bars.empty(st), kUnitWarps * kCluster);
+      mbarrier_init(bars.empty(st), kUnitWarps * kCluster * kPrefillReleaseLanes<kCluster>);
     }
     if (kTeams > 1)
       for (int t = 0; t < 2; ++t) mbarrier_init(bars.turn(t), kUnitWarps);
