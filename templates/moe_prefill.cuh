@@ -263,13 +263,8 @@ MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w
       for (int c = 0; c < kChunks; ++c) {
         mbarrier_wait(bars.empty(cur.stage), cur.phase ^ 1u);
         const u32 full = bars.full(cur.stage), at = ring + cur.stage * Stage::kBytes;
-#if defined(MOEJIT_PREFILL_DIAG) && (MOEJIT_PREFILL_DIAG == 4 || MOEJIT_PREFILL_DIAG == 5)
-        // Diagnostic (wrong results): no B copy; the MMAs read the stage's stale rows.
-        mbarrier_arrive_expect_tx(full, kWeightBytes + kScaleBytes);
-#else
         mbarrier_arrive_expect_tx(full, rows * 128 + kWeightBytes + kScaleBytes);
         bulk_copy_to_shared(at, b_blocks + (size_t)c * rows * 64, rows * 128, full);
-#endif
         tensor_copy_3d_to_shared(at + Stage::kBBytes, w_map, 0, c, slab0, full);
         tensor_copy_3d_to_shared(at + Stage::kBBytes + Stage::kWeightBytes, s_map, 0, c, slab0, full);
         cur.advance();
@@ -352,12 +347,6 @@ MOEJIT_DEVICE void prefill_consume(u32 ring, const u8* ring_ptr, const PrefillBa
   for (int c = 0; c < kChunks; ++c) {
     const int stage = cur.stage;
     mbarrier_wait(bars.full(stage), cur.phase);
-#if defined(MOEJIT_PREFILL_DIAG) && (MOEJIT_PREFILL_DIAG == 3 || MOEJIT_PREFILL_DIAG == 5)
-    // Diagnostic (wrong results): the stage is released as it lands, nothing read or multiplied.
-    prefill_release<kCluster>(bars, stage);
-    cur.advance();
-    continue;
-#endif
     const u8* at = ring_ptr + stage * Stage::kBytes;
     const u32x4* wr = reinterpret_cast<const u32x4*>(at + Stage::kBBytes) + warp * kA * 32 + lane;
     auto release_previous = [&](int st) {
