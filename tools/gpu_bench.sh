@@ -7,7 +7,9 @@
 #   expert: x quantized once per token against once per pair), csf (plain vs CSF reads), prefill (the
 #   planned prefill tiles at M = 4096 and 16384 with the dense ceiling), teams (two consumer-warpgroup
 #   teams against the planned tiles at M = 4096), teams-fc1 (FC1 alone on teams, a16/a8/a4, M = 2048..16384),
-#   pairs (clusters of two CTAs sharing each B block, p2, at M = 4096), deep (the planned prefill kernels
+#   pairs (clusters of two CTAs sharing each B block, p2, at M = 4096), fc2-slabs (FC2 with two slabs per
+#   consumer warp, s2: 256-row units that read each B block once for twice the rows, against the planned
+#   FC2 at M = 4096 and 16384), deep (the planned prefill kernels
 #   against rings one stage deeper, FC1 d7 and FC2 d8, at M = 4096 and 16384), wide (160-token tiles, n20, against the planned tiles at M = 4096 and 16384), batch
 #   (M = 64..2048, the batch regime), cutover (the planned family against the batch family at 48, 56 and
 #   64 pairs per expert, around the prefill family's cutover), batch-depth (the batch family's planned tiles
@@ -21,7 +23,7 @@
 set -u
 cli=$1 logs=$2
 shift 2
-rows=${*:-precision a4-scales csf prefill teams teams-fc1 pairs deep wide batch batch-depth prefill-warps cutover decode-batch sweep}
+rows=${*:-precision a4-scales csf prefill teams teams-fc1 pairs fc2-slabs deep wide batch batch-depth prefill-warps cutover decode-batch sweep}
 configs=${CONFIGS:-gpt-oss-120b deepseek-v3 qwen3-30b-a3b}
 limit=${ROW_TIMEOUT:-150}
 mkdir -p "$logs"
@@ -95,6 +97,10 @@ for row in $rows; do
       pairs)
         MOEJIT_PREFILL_TILE_FC1=w8n16d6p2 MOEJIT_PREFILL_TILE_FC2=w8n16d7p2 \
           run_row "pairs_p2_$c" --config "$c" --family prefill --tokens 4096 --replays 5 --dense off ;;
+      fc2-slabs)
+        run_row "fc2_slabs_planned_$c" --config "$c" --family prefill --tokens 4096,16384 --replays 5 --dense off
+        MOEJIT_PREFILL_TILE_FC2=w8n16d6o1s2 \
+          run_row "fc2_slabs_s2_$c" --config "$c" --family prefill --tokens 4096,16384 --replays 5 --dense off ;;
       deep)
         # One ring stage more than the planner's 200 KB cap gives (sm_90a takes 227 KB): whether the stages'
         # path to the consumers is exposed in the planned prefill kernels (perf-log v44).
