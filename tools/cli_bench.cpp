@@ -210,8 +210,8 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
   rt.prewarm(layer, max_m, force);  // module loads (and compiles, if anything is missing) outside capture
 
   const auto g1 = detail::fc1_geometry(spec), g2 = detail::fc2_geometry(spec);
-  // Bytes per expert as a family's kernels read them: the prepared CSF planes of the mask (the layer's
-  // csf_scales for the decode family, batched_csf_scales for batch and prefill), else the plain planes.
+  // Bytes per expert as a plan's kernels read them: the prepared CSF planes of the mask (the planes its keys
+  // read as CSF), else the plain planes.
   const PreparedScaleBytes sb = layer.scale_bytes();
   auto bytes_per_expert = [&](int csf_mask) {
     const size_t fc1_scales = (csf_mask & 1) ? sb.fc1_csf : g1.scale_bytes();
@@ -293,11 +293,9 @@ BenchReport run_bench(Runtime& rt, const PreparedLayer& layer, const std::string
       }
     }
     BenchRow row;
-    const Family family = rt.plan(layer, m, force).family;
-    const double weight_bytes =
-        bytes_per_expert(family == Family::batch || family == Family::prefill ? layer.batched_csf_scales()
-                                                                               : layer.csf_scales()) *
-        static_cast<double>(touched.size());
+    int csf_read = 0;  // the planes this M's kernels read as CSF (their keys' csf_scales)
+    for (const KernelKey& k : rt.plan(layer, m, force).kernels) csf_read |= k.csf_scales;
+    const double weight_bytes = bytes_per_expert(csf_read) * static_cast<double>(touched.size());
     if (weight_bytes <= static_cast<double>(read_floor.capacity())) {
       const CapturedGraph floor_graph =
           timed_graph(s, flush, start, stop, [&] { read_floor.enqueue(static_cast<size_t>(weight_bytes), s); });
@@ -403,7 +401,8 @@ void print_scale_report(const PreparedLayer& csf) {
              human_bytes(static_cast<double>((csf.csf_scales() & 1) ? b.fc1_csf : b.fc1_plain)),
              human_bytes(static_cast<double>((csf.csf_scales() & 2) ? b.fc2_csf : b.fc2_plain)),
              read > 0 ? plain / read : 0.0, 100.0 * (plain - read) / (weights + plain),
-             csf.batched_csf_scales() == csf.csf_scales()
+             csf.csf_scales() == 0 ? "No plane shrinks as CSF: every family reads the plain planes"
+             : csf.batched_csf_scales() == csf.csf_scales()
                  ? "Every family reads the CSF planes (decode rebuilds a slab's scales in shared memory, batch and\n"
                    "prefill each chunk's in registers) and the layer keeps no plain copy of them"
                  : "The decode family reads the CSF planes; the batch and prefill families read the plain planes,\n"
@@ -579,7 +578,7 @@ int cmd_bench(int argc, char** argv) {
         prepared_csf = rt.prepare(layer, PrepareOptions{ScaleReads::csf});
       } else {
         // The layer as `moejit compress` writes it (planes in CSF where that is smaller), prepared as a
-        // server would: prepare's default (csf), or every family reading CSF (csf-compact).
+        // server would: prepare's default (--scales csf), or every family reading CSF (csf-compact).
         compress_scales(layer);
         prepared_csf =
             rt.prepare(layer, PrepareOptions{scales == "csf" ? ScaleReads::automatic : ScaleReads::compact});
