@@ -463,7 +463,10 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
   const u32 ring = (smem_base + 1023u) & ~1023u;
   const u8* ring_ptr = prefill_ring + (ring - smem_base);
   const PrefillBarriers<kStages> bars{shared_address(barrier_words)};
-  const int warp = threadIdx.x >> 5;
+  // Broadcast from lane 0 so that the compiler knows the warp index, hence a team's ring cursor and the
+  // stages' descriptors, to be warp-uniform: it keeps them in uniform registers. With threadIdx.x >> 5 the
+  // two-team loops computed them per lane (16 R2UR and about 20 more instructions per chunk, perf-log v49).
+  const int warp = __shfl_sync(0xffffffffu, threadIdx.x >> 5, 0);
   if (threadIdx.x == 0) {
     for (int st = 0; st < kStages; ++st) {
       // Tensor copies: lane 0's announcement of the stage's bytes; else the B block's announcement, then every
@@ -529,6 +532,10 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
           ring, ring_ptr, bars, cur, acc, csf, csf_arrays.exc, unit_warp);
       if (kTeams > 1 && lane_id() == 0) mbarrier_arrive(bars.turn(1 - team));  // the other team's turn
       epilogue(t, slab0, acc, pre);
+      // The epilogue's lanes part ways (columns past the tile's rows, a8/a4's block maxima); without this
+      // reconvergence point the compiler treats the next unit's chunk loop as divergent and computes its ring
+      // cursor and descriptors per lane, as in the two-team loops above (perf-log v49).
+      __syncwarp();
     };
     if (kPrefillQuarterWidth<kN> && t.in_tile <= kN / 4)
       run(IntTag<kPrefillQuarterWidth<kN> ? kN / 4 : kN>{});
