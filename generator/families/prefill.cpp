@@ -182,6 +182,10 @@ Plan plan(const PlanRequest& r) {
   // each overlap one team's epilogue with the other's products. Measured to pay at the 128-token tile for
   // hidden sizes up to 4096 and to cost at DeepSeek-V3's 7168 (perf-log v44).
   if (fc1.precision != ActPrecision::a16 && fc1.ntiles == 16 && r.spec.hidden <= 4096) fc1.groups = 2;
+  // FC2 over two slabs per consumer warp (256-row units) at the 128-token tile: each B block it copies feeds
+  // twice the rows, half of FC2's B traffic through L2. Measured to pay at DeepSeek-V3's hidden size of 7168
+  // (3 % at M = 4096, 10 % at 16384) and to stay within 1 % at 2880 and 2048 (perf-log v49).
+  if (fc1.ntiles == 16 && r.spec.hidden >= 4096) fc2.slabs = 2;
   fit_depth(fc1);
   fit_depth(fc2);
   // MOEJIT_PREFILL_TILE_FC1 / _FC2 override the tiles, for sweeps (both must keep one ntiles). With one of
