@@ -875,6 +875,49 @@ TEST_CASE("the batch family: planned past the cutover, forced anywhere, keys nor
   CHECK_FALSE(d.normalized().wgmma);  // other kinds ignore it
 }
 
+TEST_CASE("the prefill plan gives FC2 two slabs per warp at the 128-token tile where H >= 4096",
+          "[planner][keys][prefill]") {
+  ScopedEnv env{"MOEJIT_PREFILL_TILE_FC1", "MOEJIT_PREFILL_TILE_FC2"};
+  // Measured to pay at DeepSeek-V3's H = 7168 and not at gpt-oss-120b's 2880 or Qwen3-30B-A3B's 2048
+  // (perf-log v49); FC1 keeps one slab (its two matrices already make two A operands).
+  const auto kernel = [](const Plan& p, KernelKind kind) {
+    for (const KernelKey& k : p.kernels)
+      if (k.kind == kind) return k;
+    FAIL("the plan has no " << to_string(kind) << " kernel");
+    return KernelKey{};
+  };
+  const struct {
+    const char* config;
+    int slabs;
+  } cases[] = {{"deepseek-v3", 2}, {"deepseek-v3-mxfp4", 2}, {"gpt-oss-120b", 1}, {"qwen3-30b-a3b", 1}};
+  for (const auto& c : cases) {
+    const LayerSpec spec = load_model_config(c.config).local();
+    for (ActPrecision precision : {ActPrecision::a16, ActPrecision::a8, ActPrecision::a4}) {
+      LayerSpec sp = spec;
+      sp.precision = precision;
+      for (int m : {4096, 16384}) {
+        INFO(c.config << " " << to_string(precision) << " M=" << m);
+        const Plan p = tuned_plan(sp, Arch::sm_90a, m, 132);
+        REQUIRE(p.family == Family::prefill);
+        const KernelKey fc1 = kernel(p, KernelKind::prefill_fc1), fc2 = kernel(p, KernelKind::prefill_fc2);
+        CHECK(fc1.slabs == 1);
+        CHECK(fc2.ntiles == 16);
+        CHECK(fc2.slabs == c.slabs);
+        // Two slabs double FC2's A operands: 128 accumulators per consumer thread, a ring that fits.
+        CHECK(kernel_dynamic_smem(fc2) <= 200 * 1024 + 1024);
+        CHECK(KernelKey::parse(fc2.str()) == fc2);
+      }
+    }
+    // Below 96 pairs per expert (the 96-token tile) FC2 keeps one slab everywhere.
+    const int m = 64 * spec.experts / spec.top_k;
+    INFO(c.config << " M=" << m);
+    const Plan p = tuned_plan(spec, Arch::sm_90a, m, 132);
+    REQUIRE(p.family == Family::prefill);
+    CHECK(kernel(p, KernelKind::prefill_fc2).ntiles == 12);
+    CHECK(kernel(p, KernelKind::prefill_fc2).slabs == 1);
+  }
+}
+
 TEST_CASE("the prefill family: planned on sm_90a from 56 pairs per expert, forced anywhere, keys normalized",
           "[planner][keys][prefill]") {
   ScopedEnv env{"MOEJIT_PREFILL_TILE_FC1", "MOEJIT_PREFILL_TILE_FC2"};
