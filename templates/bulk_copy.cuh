@@ -67,22 +67,6 @@ MOEJIT_DEVICE u64 l2_evict_first_policy() {
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
   return p;
 }
-
-// An L2 policy for data other CTAs read again soon: evict it last, after the lines of every other policy.
-MOEJIT_DEVICE u64 l2_evict_last_policy() {
-  u64 p;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
-  return p;
-}
-
-// tensor_copy_3d_to_shared under an L2 policy (l2_evict_first_policy, l2_evict_last_policy).
-MOEJIT_DEVICE void tensor_copy_3d_to_shared(u32 dst, const void* map, int c0, int c1, int c2, u32 bar, u64 policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
-      "%3, %4}], [%5], %6;" ::"r"(dst),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(policy)
-      : "memory");
-}
 // Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory; the
 // copy completes `bytes` of the barrier's expected transactions.
 MOEJIT_DEVICE void bulk_copy_to_shared(u32 dst, const void* src, u32 bytes, u32 bar, u64 policy) {

@@ -259,33 +259,14 @@ MOEJIT_DEVICE void prefill_produce(const u16* b_blocks, int rows, const u32x4* w
     if (lane == 0) {
       constexpr u32 kWeightBytes = kGroupSlabs * kRunPieces * 16, kScaleBytes = kGroupSlabs * kScalePieces * 16;
       const int slab0 = expert * kSlabs + group * kGroupSlabs;
-#if defined(MOEJIT_PREFILL_L2HINT)
-      // Experiment (MOEJIT_PREFILL_L2HINT at generation): 1 the B blocks evict-last (a tile's row groups read
-      // each block again), 2 the weights and scales evict-first, 3 both.
-      const u64 b_policy = l2_evict_last_policy(), w_policy = l2_evict_first_policy();
-#endif
 #pragma unroll 1
       for (int c = 0; c < kChunks; ++c) {
         mbarrier_wait(bars.empty(cur.stage), cur.phase ^ 1u);
         const u32 full = bars.full(cur.stage), at = ring + cur.stage * Stage::kBytes;
-#if defined(MOEJIT_PREFILL_DIAG) && (MOEJIT_PREFILL_DIAG == 4 || MOEJIT_PREFILL_DIAG == 5)
-        // Diagnostic (wrong results): no B copy; the MMAs read the stage's stale rows.
-        mbarrier_arrive_expect_tx(full, kWeightBytes + kScaleBytes);
-#else
         mbarrier_arrive_expect_tx(full, rows * 128 + kWeightBytes + kScaleBytes);
-#if defined(MOEJIT_PREFILL_L2HINT) && (MOEJIT_PREFILL_L2HINT & 1)
-        bulk_copy_to_shared(at, b_blocks + (size_t)c * rows * 64, rows * 128, full, b_policy);
-#else
         bulk_copy_to_shared(at, b_blocks + (size_t)c * rows * 64, rows * 128, full);
-#endif
-#endif
-#if defined(MOEJIT_PREFILL_L2HINT) && (MOEJIT_PREFILL_L2HINT & 2)
-        tensor_copy_3d_to_shared(at + Stage::kBBytes, w_map, 0, c, slab0, full, w_policy);
-        tensor_copy_3d_to_shared(at + Stage::kBBytes + Stage::kWeightBytes, s_map, 0, c, slab0, full, w_policy);
-#else
         tensor_copy_3d_to_shared(at + Stage::kBBytes, w_map, 0, c, slab0, full);
         tensor_copy_3d_to_shared(at + Stage::kBBytes + Stage::kWeightBytes, s_map, 0, c, slab0, full);
-#endif
         cur.advance();
       }
     } else {
@@ -366,12 +347,6 @@ MOEJIT_DEVICE void prefill_consume(u32 ring, const u8* ring_ptr, const PrefillBa
   for (int c = 0; c < kChunks; ++c) {
     const int stage = cur.stage;
     mbarrier_wait(bars.full(stage), cur.phase);
-#if defined(MOEJIT_PREFILL_DIAG) && (MOEJIT_PREFILL_DIAG == 3 || MOEJIT_PREFILL_DIAG == 5)
-    // Diagnostic (wrong results): the stage is released as it lands, nothing read or multiplied.
-    prefill_release<kCluster>(bars, stage);
-    cur.advance();
-    continue;
-#endif
     const u8* at = ring_ptr + stage * Stage::kBytes;
     const u32x4* wr = reinterpret_cast<const u32x4*>(at + Stage::kBBytes) + warp * kA * 32 + lane;
     auto release_previous = [&](int st) {
@@ -509,9 +484,6 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
     __syncthreads();
   pdl_wait_primary();  // the tile table and the B blocks
   pdl_launch_dependents();
-#if defined(MOEJIT_PREFILL_DIAG) && MOEJIT_PREFILL_DIAG == 6
-  return;  // Diagnostic (wrong results): no unit runs; the forward is the route, gather and combine.
-#endif
   const int units = tiles[0] * kPairs;
   const unsigned cluster = blockIdx.x / kCluster, clusters = gridDim.x / kCluster;
   const int rank = kCluster > 1 ? (int)cluster_cta_rank() : 0;

@@ -47,27 +47,15 @@ MOEJIT_DEVICE void wgmma_slab_chunk(const u32x4* wr, const u8* sr, u64 desc, u32
     for (int m = 0; m < kMats; ++m) {
       const u32 word = st == 0 ? wc[m].x : st == 1 ? wc[m].y : st == 2 ? wc[m].z : wc[m].w;
       u32* r = ar[slot][m];
-#if defined(MOEJIT_PREFILL_DIAG) && MOEJIT_PREFILL_DIAG == 1
-      // Diagnostic (wrong results): the loaded word as the A fragment, no decode and no scales.
-      r[0] = r[1] = r[2] = r[3] = word;
-#else
       fp4_decode_word(word, ar[slot][m]);
       r[0] = bf16x2_mul(r[0], sg[m]);
       r[1] = bf16x2_mul(r[1], sg8[m]);
       r[2] = bf16x2_mul(r[2], sg[m]);
       r[3] = bf16x2_mul(r[3], sg8[m]);
-#endif
     }
     wgmma_fence();
 #pragma unroll
-    for (int m = 0; m < kMats; ++m) {
-#if defined(MOEJIT_PREFILL_DIAG) && MOEJIT_PREFILL_DIAG == 2
-      // Diagnostic (wrong results): no MMA; the A fragment still reaches an accumulator so its decode stays.
-      acc[m][0] += __uint_as_float(ar[slot][m][0] ^ ar[slot][m][1] ^ ar[slot][m][2] ^ ar[slot][m][3]);
-#else
-      wgmma_rs(acc[m], ar[slot][m], desc + (u64)(2 * st));
-#endif
-    }
+    for (int m = 0; m < kMats; ++m) wgmma_rs(acc[m], ar[slot][m], desc + (u64)(2 * st));
     wgmma_commit();
   }
 }

@@ -11,7 +11,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "generator/families/family.hpp"
 #include "generator/families/prefill.hpp"
@@ -129,31 +128,9 @@ std::string source(const KernelKey& key, const std::string& entry) {
                  : "moe_prefill_fc2<{nvfp4}, {bias}, {hidden}, {intermediate}, {warps}, {teams}, {slabs}, {n}, {stages}, "
                    "{cluster}>");
   a.push_back(fmt::arg("call", call));
-  // Experiment (not a key option): MOEJIT_PREFILL_L2HINT=b-last|w-first|both gives the producer's copies L2
-  // policies (perf-log v49). The generated source, hence the cache entry, differs with it.
-  const char* hint_env = std::getenv("MOEJIT_PREFILL_L2HINT");
-  const std::string hint_value = hint_env ? hint_env : "";
-  const std::string hint = hint_value == "b-last"    ? "#define MOEJIT_PREFILL_L2HINT 1\n"
-                           : hint_value == "w-first" ? "#define MOEJIT_PREFILL_L2HINT 2\n"
-                           : hint_value == "both"    ? "#define MOEJIT_PREFILL_L2HINT 3\n"
-                                                     : "";
-  // Diagnostics (wrong results; not key options): MOEJIT_PREFILL_DIAG=no-decode gives the MMAs the loaded
-  // words as they are, no-mma skips the MMAs, no-consume releases each stage as it lands (nothing read or
-  // multiplied), no-b leaves the B blocks uncopied (tensor-copy keys), no-consume-no-b both, no-fc runs no
-  // unit (the forward is the route, gather and combine) (perf-log v45, v46, v48, v49). The generated source,
-  // hence the cache entry, differs with it.
-  const char* diag_env = std::getenv("MOEJIT_PREFILL_DIAG");
-  const std::string diag_value = diag_env ? diag_env : "";
-  const std::string diag = diag_value == "no-decode" ? "#define MOEJIT_PREFILL_DIAG 1\n"
-                           : diag_value == "no-mma"  ? "#define MOEJIT_PREFILL_DIAG 2\n"
-                           : diag_value == "no-consume" ? "#define MOEJIT_PREFILL_DIAG 3\n"
-                           : diag_value == "no-b"    ? "#define MOEJIT_PREFILL_DIAG 4\n"
-                           : diag_value == "no-consume-no-b" ? "#define MOEJIT_PREFILL_DIAG 5\n"
-                           : diag_value == "no-fc" ? "#define MOEJIT_PREFILL_DIAG 6\n"
-                                                     : "";
   // Keys whose producer moves a stage's weights and scales with one tensor copy each (the runtime passes the
   // planes' tensor maps): moe_prefill.cuh reads the define.
-  std::string out = kernel_header(key, 0) + hint + diag + (prefill_tensor_copies(key) ? "#define MOEJIT_PREFILL_TENSOR_COPIES 1\n" : "") +
+  std::string out = kernel_header(key, 0) + (prefill_tensor_copies(key) ? "#define MOEJIT_PREFILL_TENSOR_COPIES 1\n" : "") +
                     "#include \"wgmma.cuh\"\n" + wgmma_rs_source(n) +
                     (wide_accumulators(key) ? std::string() : wgmma_rs_source(n / 2)) +
                     (quarter_width(n) ? wgmma_rs_source(n / 4) : std::string()) +
