@@ -160,8 +160,9 @@ TEST_CASE("the warpgroup-MMA batch tiles and the prefill family compile in a8 an
   // warpgroup-MMA batch tiles (32 and 64 pairs) and prefill tiles (64 and 128 pairs), on sm_90a with at
   // most a few spilled words and no wgmma that ptxas had to serialize. Most have none; the 64-pair batch
   // FC1 of NVFP4 silu, whose a16 form takes all 128 registers its two CTAs per SM leave, parks a few
-  // loop-invariant addresses (about 20 bytes, reloaded once per chunk), and the prefill FC1 of a8 relu2 one
-  // word outside its loops.
+  // loop-invariant addresses (about 20 bytes, reloaded once per chunk). The prefill keys spill nothing: when
+  // their consumer loops lost track of the warp's uniformity (the a8/a4 epilogue, two teams) they spilled
+  // 4-36 bytes and ran 20 more instructions per chunk (perf-log v49), which this guards against.
   for (const std::string& name : {"gpt-oss-120b", "qwen3-30b-a3b", "nemotron-3-nano-30b-a3b"})
     for (ActPrecision p : {ActPrecision::a8, ActPrecision::a4}) {
       LayerSpec spec = load_model_config(name).local();
@@ -195,6 +196,7 @@ TEST_CASE("the warpgroup-MMA batch tiles and the prefill family compile in a8 an
         CHECK(out.binary.size() > 0);
         INFO("registers " << out.registers << ", spill bytes " << out.spill_bytes << "\n" << out.log);
         CHECK(out.spill_bytes <= kMaxSpillBytes);
+        if (key.kind == KernelKind::prefill_fc1 || key.kind == KernelKind::prefill_fc2) CHECK(out.spill_bytes == 0);
         CHECK_FALSE(out.wgmma_serialized);
       }
     }
