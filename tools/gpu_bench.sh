@@ -8,8 +8,8 @@
 #   planned prefill tiles at M = 4096 and 16384 with the dense ceiling), teams (two consumer-warpgroup
 #   teams against the planned tiles at M = 4096), teams-fc1 (FC1 alone on teams, a16/a8/a4, M = 2048..16384),
 #   pairs (clusters of two CTAs sharing each B block, p2, at M = 4096), fc2-slabs (FC2 with two slabs per
-#   consumer warp, s2: 256-row units that read each B block once for twice the rows, against the planned
-#   FC2 at M = 4096 and 16384), deep (the planned prefill kernels
+#   consumer warp, s2: 256-row units that read each B block once for twice the rows, against one slab, s1,
+#   at M = 4096 and 16384, FC1 planned), deep (the planned prefill kernels
 #   against rings one stage deeper, FC1 d7 and FC2 d8, at M = 4096 and 16384), wide (160-token tiles, n20, against the planned tiles at M = 4096 and 16384), batch
 #   (M = 64..2048, the batch regime), cutover (the planned family against the batch family at 48, 56 and
 #   64 pairs per expert, around the prefill family's cutover), batch-depth (the batch family's planned tiles
@@ -98,7 +98,9 @@ for row in $rows; do
         MOEJIT_PREFILL_TILE_FC1=w8n16d6p2 MOEJIT_PREFILL_TILE_FC2=w8n16d7p2 \
           run_row "pairs_p2_$c" --config "$c" --family prefill --tokens 4096 --replays 5 --dense off ;;
       fc2-slabs)
-        run_row "fc2_slabs_planned_$c" --config "$c" --family prefill --tokens 4096,16384 --replays 5 --dense off
+        # Both tiles named: the planner itself takes s2 where H >= 4096 (perf-log v49).
+        MOEJIT_PREFILL_TILE_FC2=w8n16d7o1 \
+          run_row "fc2_slabs_s1_$c" --config "$c" --family prefill --tokens 4096,16384 --replays 5 --dense off
         MOEJIT_PREFILL_TILE_FC2=w8n16d6o1s2 \
           run_row "fc2_slabs_s2_$c" --config "$c" --family prefill --tokens 4096,16384 --replays 5 --dense off ;;
       deep)
