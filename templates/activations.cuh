@@ -14,8 +14,8 @@ MOEJIT_DEVICE float apply_activation(float g, float u, float alpha, float beta, 
     g = fminf(g, limit);
     u = fminf(fmaxf(u, -limit), limit);
   }
-  if (kAct == kActSilu) return g / (1.f + expf(-g)) * u;
-  if (kAct == kActSwigluOai) return g / (1.f + expf(-alpha * g)) * (u + beta);
+  if (kAct == kActSilu) return __fdividef(g, 1.f + __expf(-g)) * u;
+  if (kAct == kActSwigluOai) return __fdividef(g, 1.f + __expf(-alpha * g)) * (u + beta);
   // gelu_tanh
   float inner = 0.7978845608f * (g + 0.044715f * g * g * g);
   return 0.5f * g * (1.f + tanhf(inner)) * u;

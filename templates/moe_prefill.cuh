@@ -551,6 +551,30 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
   }
 }
 
+// FC1's store of a warp's slab of results (v: this lane's kNW / 2 values, already bf16-ready fp32, zero
+// where the column or the slab holds nothing) into the tile's act block. A token's 16 rows of the slab sit
+// in the 8 lanes of one lane % 4 (rows g and g + 8), and mma_k_position puts rows 2j and 2j + 1 side by side:
+// one exchange with lane g ^ 1 gives each lane two adjacent values (even g rows g, g + 1; odd g rows g + 7,
+// g + 8), so the slab goes out in 4-byte stores, each warp store filling whole 32-byte sectors.
+template <int kIChunks, int kNW>
+MOEJIT_DEVICE void prefill_fc1_store_slab(u16* act, const PrefillTile& t, int slab, const float (&v)[kNW / 2]) {
+  const int lane = lane_id(), g = lane >> 2, c4 = lane & 3;
+  const bool odd = g & 1;
+  const int row = slab * 16, k = (row % 64) / 16 * 16 + mma_k_position(odd ? g + 7 : g);
+  u16* const block = act + (t.row_base * kIChunks + (size_t)(row / 64) * t.rows) * 64;
+#pragma unroll
+  for (int nt = 0; nt < kNW / 8; ++nt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float lo = v[nt * 4 + h], hi = v[nt * 4 + 2 + h];
+      const float got = __shfl_xor_sync(0xffffffffu, odd ? lo : hi, 4);
+      const int col = nt * 8 + 2 * c4 + h;
+      if (col >= t.rows) continue;
+      const u32 pair = (u32)f32_to_bf16(odd ? got : lo) | ((u32)f32_to_bf16(odd ? hi : got) << 16);
+      *reinterpret_cast<u32*>(block + tile_block_offset(col, k)) = pair;
+    }
+}
+
 // The a8/a4 form of FC1's store (moe_prefill_fc1's epilogue): the slab's activations are quantized as the
 // reference quantizes the intermediate (slab_pair_max.cuh: a4's block is the warp's slab, a8's the slab pair
 // of warps 2w, 2w + 1, both past the last chunk or neither, as kIChunks * 4 is even) and stored as the
@@ -574,13 +598,11 @@ MOEJIT_DEVICE void prefill_fc1_store_quantized(const PrefillFc1Params& p, const 
     }
   });
   quantize_slab_columns<kNW / 8>(v, pre.out_gs, OneSlabPerWarpBlockMax<kWarps, kN>{});
-  for_each_tile_result<kNW>([&](int col, int i, int r) {
-    if (col >= t.rows) return;
-    const int row = slab * 16 + r;
-    u16* block = p.act + (t.row_base * kIChunks + (size_t)(row / 64) * t.rows) * 64;
-    // Zero past I whatever the partner's block holds (a NaN there makes the block's values NaN).
-    block[tile_block_offset(col, (row % 64) / 16 * 16 + mma_k_position(row % 16))] = slab < kSlabs ? f32_to_bf16(v[i]) : 0;
-  });
+  // Zero past I whatever the partner's block holds (a NaN there makes the block's values NaN).
+  if (slab >= kSlabs)
+#pragma unroll
+    for (int i = 0; i < kNW / 2; ++i) v[i] = 0.f;
+  prefill_fc1_store_slab<kIChunks, kNW>(p.act, t, slab, v);
 }
 
 // FC1: act block of tile t = activation(x . W13[e]^T + b13[e]) as bf16 times 2^64 in MMA column order, zero
@@ -623,21 +645,19 @@ __device__ void moe_prefill_fc1(const PrefillFc1Params& p) {
       prefill_fc1_store_quantized<kAct, kLimit, kBias, kI, kMats, kWarps, kN, kNW>(p, t, slab, acc, pre);
       return;
     }
+    float v[kNW / 2];
     for_each_tile_result<kNW>([&](int col, int i, int r) {
-      const int row = slab * 16 + r;
-      u16 v = 0;
+      v[i] = 0.f;
       if (col < t.in_tile && slab < kSlabs) {
         float gate = acc[0][i] * pre.gs, up = kMats == 2 ? acc[kMats - 1][i] * pre.gs_up : 0.f;
         if (kBias) {
           gate += pre.bias[0][r >> 3];
           if (kMats == 2) up += pre.bias[1][r >> 3];
         }
-        v = f32_to_bf16(apply_activation<kAct, kLimit>(gate, up, p.alpha, p.beta, p.limit) * kActScale);
+        v[i] = apply_activation<kAct, kLimit>(gate, up, p.alpha, p.beta, p.limit) * kActScale;
       }
-      if (col >= t.rows) return;
-      u16* block = p.act + (t.row_base * kIChunks + (size_t)(row / 64) * t.rows) * 64;
-      block[tile_block_offset(col, (row % 64) / 16 * 16 + mma_k_position(row % 16))] = v;
     });
+    prefill_fc1_store_slab<kIChunks, kNW>(p.act, t, slab, v);
   };
   prefill_fc<kNvfp4, kChunks, kMats, 1, kSlabs, kWarps, kTeams, kN, kStages, true, kCsfFc1, kCluster>(
       p.tiles, p.route, p.xb, p.w, p.s, MOEJIT_FC1_CSF_ARRAYS(p), &p.w_map, &p.s_map, preload, epilogue);
@@ -678,18 +698,27 @@ __device__ void moe_prefill_fc2(const PrefillFc2Params& p) {
   };
   auto epilogue = [&](const PrefillTile& t, int slab0, const auto& acc, const Fc2Preload& pre) {
     constexpr int kNW = 2 * (int)(sizeof(acc[0]) / sizeof(float));
+    // This lane's results: rows g and g + 8 of each slab for the columns (n-tile nt, parity h) it holds,
+    // one pair each (pre.pair[2 nt + h]); the column's address is formed once for both rows and all slabs.
+    float* const lane_rows = p.partial + slab0 * 16 + (lane_id() >> 2);
 #pragma unroll
-    for (int sj = 0; sj < kPerWarp; ++sj) {
-      const int slab = slab0 + sj;
-      if (slab >= kSlabs) break;
-      for_each_tile_result<kNW>([&](int col, int i, int r) {
-        const int q = pre.pair[(i >> 2) * 2 + (i & 1)];  // this lane's column: n-tile i / 4, column parity i % 2
-        if (q < 0) return;
-        float y = acc[sj][i] * pre.gs;
-        if (kBias) y += pre.bias[sj][r >> 3];
-        p.partial[(size_t)q * kH + slab * 16 + r] = y;
-      });
-    }
+    for (int nt = 0; nt < kNW / 8; ++nt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int q = pre.pair[nt * 2 + h];
+        if (q < 0) continue;
+        float* const dst = lane_rows + (size_t)q * kH;
+#pragma unroll
+        for (int sj = 0; sj < kPerWarp; ++sj) {
+          if (slab0 + sj >= kSlabs) break;
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            float y = acc[sj][nt * 4 + 2 * half + h] * pre.gs;
+            if (kBias) y += pre.bias[sj][half];
+            dst[sj * 16 + 8 * half] = y;
+          }
+        }
+      }
   };
   prefill_fc<kNvfp4, kChunks, 1, kPerWarp, kSlabs, kWarps, kTeams, kN, kStages, false, kCsfFc2, kCluster>(
       p.tiles, p.route, p.act, p.w, p.s, MOEJIT_FC2_CSF_ARRAYS(p), &p.w_map, &p.s_map, preload, epilogue);
