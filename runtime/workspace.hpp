@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "generator/families/prefill.hpp"
 #include "moejit/types.hpp"
 
 namespace moejit::detail {
@@ -40,7 +41,7 @@ struct WorkspaceLayout {
     w.act = take(block_rows * i_chunked * sizeof(uint16_t));
     const size_t partial_bytes = pairs * spec.hidden * sizeof(float), x_block_bytes = block_rows * h_chunked * sizeof(uint16_t);
     w.partial = take(partial_bytes > x_block_bytes ? partial_bytes : x_block_bytes);
-    w.tiles = take((1 + 3 * pairs) * sizeof(int32_t));
+    w.tiles = take((kPrefillTileTableHeader + 3 * pairs) * sizeof(int32_t));
     w.row_pair = take(block_rows * sizeof(int32_t));
     const size_t tokens = static_cast<size_t>(max_tokens < 1 ? 1 : max_tokens);
     w.xq = take(spec.precision == ActPrecision::a16 ? 0 : tokens * spec.hidden * sizeof(uint16_t));

@@ -66,6 +66,12 @@ MOEJIT_DEVICE u32 tile_block_offset(int r, int k) {
   return (u32)(r * 64 + ((((byte >> 4) ^ (r & 7)) << 4) + (byte & 15)) / 2);
 }
 
+// The tile table (workspace tiles): a header of kTileTableHeader words (the tile count, then FC1's and
+// FC2's next unit, the persistent kernels' work counters, zeroed by the gather), then (slot, first pair,
+// first block row) per tile.
+inline constexpr int kTileTableHeader = 4;
+inline constexpr int kTileTableFc1Next = 1, kTileTableFc2Next = 2;
+
 // The tile table's entry for a unit's tile: the tile's expert, first pair within its slot, the slot's pair
 // count and list, the pairs in the tile, its rows (rounded up to 8) and the first of them in the blocks.
 struct PrefillTile {
@@ -76,7 +82,8 @@ struct PrefillTile {
 
 template <int kN>
 MOEJIT_DEVICE PrefillTile prefill_tile(const i32* tiles, const RoutingArgs& r, int tile) {
-  const int slot = tiles[1 + 3 * tile], first = tiles[2 + 3 * tile], row_base = tiles[3 + 3 * tile];
+  const i32* entry = tiles + kTileTableHeader + 3 * tile;
+  const int slot = entry[0], first = entry[1], row_base = entry[2];
   const int off = r.active_offset[slot], count = r.active_offset[slot + 1] - off;
   const int in_tile = min(kN, count - first);
   return PrefillTile{r.active_expert[slot], first, count, in_tile, (in_tile + 7) & ~7, (size_t)row_base,
@@ -130,7 +137,11 @@ __device__ void moe_prefill_gather(const PrefillFc1Params& p) {
   const int t_index = blockIdx.x;
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x < 32) {
     const int total = token_tile_count<kN>(p.route);
-    if (threadIdx.x == 0) p.tiles[0] = total;
+    if (threadIdx.x == 0) {
+      p.tiles[0] = total;
+      p.tiles[kTileTableFc1Next] = 0;
+      p.tiles[kTileTableFc2Next] = 0;
+    }
   }
   const BatchTile t = batch_tile<kN, 1>(p.route, t_index);
   if (t.slot < 0) return;
@@ -140,9 +151,10 @@ __device__ void moe_prefill_gather(const PrefillFc1Params& p) {
     if (threadIdx.x == 0) {
       row_base = base;
       if (blockIdx.y == 0) {
-        p.tiles[1 + 3 * t_index] = t.slot;
-        p.tiles[2 + 3 * t_index] = t.first;
-        p.tiles[3 + 3 * t_index] = base;
+        i32* entry = p.tiles + kTileTableHeader + 3 * t_index;
+        entry[0] = t.slot;
+        entry[1] = t.first;
+        entry[2] = base;
       }
     }
   }
@@ -179,6 +191,18 @@ __device__ void moe_prefill_gather(const PrefillFc1Params& p) {
   }
 }
 
+// The unit queue: the producer warp takes the CTA's units one at a time and hands each, with its tile's
+// table entry, to the consumers through kPrefillQueue shared-memory slots (a unit past the last ends the
+// team that reads it). One CTA per cluster takes its units from the kernel's work counter as it reaches
+// them, so the units of one tile (which share its B blocks in L2) start close together on whichever CTAs are
+// free, and every CTA ends within about a unit of the others whatever the units' widths; cluster pairs walk
+// units cluster, cluster + clusters, ... (both CTAs of a pair must take the same ones).
+inline constexpr int kPrefillQueue = 4;
+struct PrefillQueueSlot {
+  PrefillTile tile;
+  int unit;
+};
+
 // The ring's barriers: full[s] (the producer's announcement of the B block's bytes and one arrival per
 // producer lane when its weight and scale pieces have landed) and empty[s] (one arrival per consumer warp).
 template <int kStages>
@@ -188,6 +212,11 @@ struct PrefillBarriers {
   MOEJIT_DEVICE u32 empty(int s) const { return base + 8 * (kStages + s); }
   // Teams only: team t's turn, completed by the other team's warps as each of its products ends.
   MOEJIT_DEVICE u32 turn(int t) const { return base + 8 * (2 * kStages + t); }
+  // The unit queue's slot q: filled (the producer's lane 0) and read (lane 0 of each warp of the team that
+  // takes it).
+  MOEJIT_DEVICE u32 queue_full(int q) const { return base + 8 * (2 * kStages + 2 + q); }
+  MOEJIT_DEVICE u32 queue_empty(int q) const { return base + 8 * (2 * kStages + 2 + kPrefillQueue + q); }
+  static constexpr int kWords = 2 * kStages + 2 + 2 * kPrefillQueue;
 };
 
 // Consumer lanes that release each stage: all 32 of a warp, so each lane's own arrival orders its reads of
@@ -444,7 +473,7 @@ inline constexpr bool kPrefillMidWidth =
 // its stages' last releases before the CTA exits, as the other CTA's arrivals and copies target it.
 template <bool kNvfp4, int kChunks, int kMats, int kPerWarp, int kSlabs, int kWarps, int kTeams, int kN, int kStages,
           bool kRawB, bool kCsf, int kCluster, class Preload, class Epilogue>
-MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const u16* b_base, const u32x4* w, const u8* s,
+MOEJIT_DEVICE void prefill_fc(const i32* tiles, i32* next_unit, const RoutingArgs& route, const u16* b_base, const u32x4* w, const u8* s,
                               const CsfPlaneArrays& csf_arrays, const void* w_map, const void* s_map, Preload preload,
                               Epilogue epilogue) {
   constexpr int kA = kPerWarp * kMats;
@@ -458,7 +487,8 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
   static_assert(kCluster == 1 || (kCluster == 2 && kTeams == 1), "clusters of two CTAs, with one team");
   static_assert(kN % 16 == 0 && kN <= 256, "a tile of 16..256 tokens, halves of whole n8 blocks");
   extern __shared__ __align__(16) u8 prefill_ring[];
-  __shared__ __align__(8) u64 barrier_words[2 * kStages + (kTeams > 1 ? 2 : 0)];
+  __shared__ __align__(8) u64 barrier_words[PrefillBarriers<kStages>::kWords];
+  __shared__ PrefillQueueSlot queue[kPrefillQueue];
   const u32 smem_base = shared_address(prefill_ring);
   const u32 ring = (smem_base + 1023u) & ~1023u;
   const u8* ring_ptr = prefill_ring + (ring - smem_base);
@@ -476,6 +506,10 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
     }
     if (kTeams > 1)
       for (int t = 0; t < 2; ++t) mbarrier_init(bars.turn(t), kUnitWarps);
+    for (int q = 0; q < kPrefillQueue; ++q) {
+      mbarrier_init(bars.queue_full(q), 1);
+      mbarrier_init(bars.queue_empty(q), kUnitWarps);
+    }
     mbarrier_init_fence();
   }
   if constexpr (kCluster > 1)
@@ -491,10 +525,32 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
   if (warp >= kWarps) {
     warpgroup_release_registers<kProducerRegs>();
     if (warp != kWarps) return;
-    PrefillTile next = cluster < units ? prefill_tile<kN>(tiles, route, cluster / kPairs) : PrefillTile{};
-    for (int unit = cluster; unit < units; unit += clusters) {
-      const PrefillTile t = next;
-      if (unit + clusters < units) next = prefill_tile<kN>(tiles, route, (unit + clusters) / kPairs);
+    const int lane = lane_id();
+    int taken = 0;
+    auto take_unit = [&]() {
+      if constexpr (kCluster > 1) return (int)(cluster + taken++ * clusters);
+      int u = 0;
+      if (lane == 0) u = atomicAdd(next_unit, 1);
+      return __shfl_sync(0xffffffffu, u, 0);
+    };
+    // The next unit and its tile entry are loaded while this one's copies are issued.
+    int next = take_unit();
+    PrefillTile next_tile = next < units ? prefill_tile<kN>(tiles, route, next / kPairs) : PrefillTile{};
+    for (int j = 0, ended = 0;; ++j) {
+      const int unit = next;
+      const PrefillTile t = next_tile;
+      const int q = j % kPrefillQueue;
+      if (lane == 0) {
+        mbarrier_wait(bars.queue_empty(q), (u32)((j / kPrefillQueue) & 1) ^ 1u);
+        queue[q] = PrefillQueueSlot{t, unit};
+        mbarrier_arrive(bars.queue_full(q));
+      }
+      if (unit >= units) {
+        if (++ended == kTeams) break;  // one end for each team
+        continue;
+      }
+      next = take_unit();
+      if (next < units) next_tile = prefill_tile<kN>(tiles, route, next / kPairs);
       prefill_produce<kNvfp4, kChunks, kMats, kPerWarp, kSlabs, kUnitWarps, kN, kStages, kCsf, kCluster>(
           b_base + t.row_base * kChunks * 64, t.rows, w, s, t.expert, unit % kPairs * kCluster + rank, ring, bars, cur,
           w_map, s_map);
@@ -508,19 +564,23 @@ MOEJIT_DEVICE void prefill_fc(const i32* tiles, const RoutingArgs& route, const 
   }
   warpgroup_claim_registers<prefill_consumer_regs(kWarps / 4, kProducerRegs)>();
   const int team = kTeams == 1 ? 0 : warp / kUnitWarps, unit_warp = kTeams == 1 ? warp : warp % kUnitWarps;
-  const unsigned first = cluster + team * clusters, stride = kTeams * clusters;
   if (kTeams > 1) cur.skip(team * kChunks);  // the units before this team's first
-  PrefillTile next = first < units ? prefill_tile<kN>(tiles, route, first / kPairs) : PrefillTile{};
   // Teams take turns: a team starts a product once the other's previous one has passed all its waits on
   // the ring. Then every stage a team waits on is at most one use ahead of the barrier's completed phase,
   // which a parity wait needs (a team running ahead by whole units would mistake an earlier use's
-  // completion for its own). Team 0's first unit goes first.
+  // completion for its own). Team 0's first unit goes first. The queue's entries alternate between the
+  // teams; a team reads its entry before its turn, so that the end (a unit past the last) needs no turn.
   static_assert(kTeams <= 2, "one team or two");
-  int turns = 0;
-  for (int unit = first; unit < units; unit += stride, ++turns) {
+  static_assert(kPrefillQueue % kTeams == 0, "each team's entries in fixed queue slots");
+  for (int j = team, turns = 0;; j += kTeams, ++turns) {
+    const int q = j % kPrefillQueue;
+    mbarrier_wait(bars.queue_full(q), (u32)((j / kPrefillQueue) & 1));
+    const PrefillTile t = queue[q].tile;
+    const int unit = queue[q].unit;
+    __syncwarp();  // every lane's reads of the slot before lane 0 frees it
+    if (lane_id() == 0) mbarrier_arrive(bars.queue_empty(q));
+    if (unit >= units) break;
     if (kTeams > 1 && (team > 0 || turns > 0)) mbarrier_wait(bars.turn(team), (u32)((team == 0 ? turns - 1 : turns) & 1));
-    const PrefillTile t = next;
-    if (unit + stride < units) next = prefill_tile<kN>(tiles, route, (unit + stride) / kPairs);
     const int slab0 = (unit % kPairs * kCluster + rank) * kGroupSlabs + unit_warp * kPerWarp;
     const auto pre = preload(t, slab0);
     typename CsfWarpReaderOf<kCsf, kNvfp4, kMats, kPerWarp, 1>::Type csf;
@@ -660,7 +720,7 @@ __device__ void moe_prefill_fc1(const PrefillFc1Params& p) {
     prefill_fc1_store_slab<kIChunks, kNW>(p.act, t, slab, v);
   };
   prefill_fc<kNvfp4, kChunks, kMats, 1, kSlabs, kWarps, kTeams, kN, kStages, true, kCsfFc1, kCluster>(
-      p.tiles, p.route, p.xb, p.w, p.s, MOEJIT_FC1_CSF_ARRAYS(p), &p.w_map, &p.s_map, preload, epilogue);
+      p.tiles, p.tiles + kTileTableFc1Next, p.route, p.xb, p.w, p.s, MOEJIT_FC1_CSF_ARRAYS(p), &p.w_map, &p.s_map, preload, epilogue);
 }
 
 // FC2: partial[q, :] = act[q] . W2[e]^T + b2[e] in fp32 for every pair; moe_topk_combine weighs them by the
@@ -721,5 +781,5 @@ __device__ void moe_prefill_fc2(const PrefillFc2Params& p) {
       }
   };
   prefill_fc<kNvfp4, kChunks, 1, kPerWarp, kSlabs, kWarps, kTeams, kN, kStages, false, kCsfFc2, kCluster>(
-      p.tiles, p.route, p.act, p.w, p.s, MOEJIT_FC2_CSF_ARRAYS(p), &p.w_map, &p.s_map, preload, epilogue);
+      p.tiles, p.tiles + kTileTableFc2Next, p.route, p.act, p.w, p.s, MOEJIT_FC2_CSF_ARRAYS(p), &p.w_map, &p.s_map, preload, epilogue);
 }

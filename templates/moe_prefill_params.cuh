@@ -14,7 +14,7 @@ struct PrefillFc1Params {
   MOEJIT_PTR(const u16) x;         // [M][H] bf16
   MOEJIT_PTR(u16) xb;              // the gather's output: x in token-tile blocks (moe_prefill.cuh)
   MOEJIT_PTR(u16) act;             // FC1's output in token-tile blocks, bf16 times 2^64
-  MOEJIT_PTR(i32) tiles;           // [1 + 3 * tiles]: tile count, then (slot, first pair, row base) per tile
+  MOEJIT_PTR(i32) tiles;           // the tile table (moe_prefill.cuh kTileTableHeader): header, then 3 words per tile
   MOEJIT_PTR(i32) row_pair;        // per block row: its pair q, or -1 (rows past a tile's pairs)
   float alpha, beta, limit;
   RoutingArgs route;               // the route kernel's lists
@@ -33,7 +33,7 @@ struct PrefillFc2Params {
   MOEJIT_PTR(const float) gscale;  // [E] (NVFP4) or null
   MOEJIT_PTR(const float) bias;    // [E][H] or null
   MOEJIT_PTR(const u16) act;       // FC1's output in token-tile blocks
-  MOEJIT_PTR(const i32) tiles;     // the gather's tile table
+  MOEJIT_PTR(i32) tiles;           // the gather's tile table (FC2 takes its units from the header's counter)
   MOEJIT_PTR(const i32) row_pair;  // the gather's row table
   MOEJIT_PTR(const float) topk_weights;  // [M*K], weighing the partial rows in the combine
   MOEJIT_PTR(float) partial;       // [M*K][H] fp32, row q, summed by the combine

@@ -139,6 +139,8 @@ std::string source(const KernelKey& key, const std::string& entry) {
                     "#include \"moe_prefill.cuh\"\n" +
                     format("static_assert({stages} * PrefillStage<{nvfp4}, {operands}, {unit_warps}, {n}>::kBytes + 1024 == "
                            "{bytes}, \"host and device ring sizes differ\");\n") +
+                    fmt::format("static_assert(kTileTableHeader == {}, \"host and device tile tables differ\");\n",
+                                kPrefillTileTableHeader) +
                     format("extern \"C\" __global__ void {cluster_dims}__launch_bounds__({threads}, 1) {entry}(const __grid_constant__ {params} p) {{\n"
                            "  {call}(p);\n}}\n");
   if (fc1)
