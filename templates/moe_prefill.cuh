@@ -14,7 +14,8 @@
 // mma_k_position: the prepared weights' K order within a k16 block). Rows past the tile's pairs are zero.
 // So a layer's blocks take at most pairs + 7 x active experts rows whatever the tile width.
 //
-// The FC kernels: one CTA per SM walks work units (tile, row group) in turn (unit = CTA id + i * grid).
+// The FC kernels: one CTA per SM takes work units (tile, row group) from the kernel's work counter as it
+// reaches them (the unit queue below), so the units of one tile start together and the CTAs end together.
 // Warpgroup kWarps / 4 is the producer: its first warp moves each chunk's B block (one bulk copy), kWarps
 // slabs of prepared weights and their scales (one tensor copy each; cp.async pieces for CSF scales and
 // cluster pairs) into a ring of kStages shared-memory
@@ -455,16 +456,16 @@ inline constexpr bool kPrefillMidWidth =
 
 // The shared skeleton of both FC kernels: barriers, the producer's and the consumers' walks over the
 // units, the width choice per tile. The consumer warps form kTeams teams of kUnitWarps = kWarps / kTeams
-// (whole warpgroups); team t takes the CTA's units i = t, t + kTeams, ... (i-th unit: CTA id + i x grid)
-// and skips the others' stages. With two teams the ring, filled in unit order, serializes the teams'
+// (whole warpgroups); team t takes the CTA's units i = t, t + kTeams, ... (the i-th entry of the CTA's unit
+// queue) and skips the others' stages. With two teams the ring, filled in unit order, serializes the teams'
 // products (a unit's stages are there only once the previous unit's are consumed), so one team's epilogue
 // runs while the other's MMAs do. A unit is (tile, row group of kUnitWarps x kPerWarp slabs); the team's
 // warp w owns kPerWarp adjacent slabs from slab0 = group x kUnitWarps x kPerWarp + w x kPerWarp, each
 // with kMats matrices (kA = kPerWarp x kMats A operands, slab-major). Every consumer warp calls preload(t, slab0)
 // before a unit's product (its loads are in flight while the product runs) and epilogue(t, slab0, acc,
 // preloaded) after it (acc[kA][kNW / 2], kNW the width run), also for slabs past the matrix (>= kSlabs).
-// Each walker reads the next unit's tile entry before working on the current one, so those dependent loads
-// are off the path too. kCsf: s is the plane's CSF offsets and csf its other arrays (csf_scales.cuh); each
+// The producer takes the next unit and loads its tile entry before it copies the current one's chunks, and
+// hands both to the consumers in the queue, so those dependent loads are off the path too. kCsf: s is the plane's CSF offsets and csf its other arrays (csf_scales.cuh); each
 // consumer warp begins its slabs' readers with the unit's preload.
 // kCluster 2 (one team only): the grid is clusters of two CTAs; cluster i walks units i, i + clusters, ...
 // of (tile, pair of row groups), its rank-r CTA taking row group 2 x pair + r (past the last group when
