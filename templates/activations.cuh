@@ -14,6 +14,9 @@ MOEJIT_DEVICE float apply_activation(float g, float u, float alpha, float beta, 
     g = fminf(g, limit);
     u = fminf(fmaxf(u, -limit), limit);
   }
+  // The sigmoids in fast intrinsics: a few fp32 ulps, far below the bf16 rounding of the result, where the IEEE
+  // expf and division cost about 25 instructions and a slow-path call per result in the FC1 epilogues; where
+  // 1 + e^-g overflows, __fdividef gives 0, silu's limit (docs/DECISIONS.md, "Precision").
   if (kAct == kActSilu) return __fdividef(g, 1.f + __expf(-g)) * u;
   if (kAct == kActSwigluOai) return __fdividef(g, 1.f + __expf(-alpha * g)) * (u + beta);
   // gelu_tanh
