@@ -194,10 +194,10 @@ __device__ void moe_prefill_gather(const PrefillFc1Params& p) {
 
 // The unit queue: the producer warp takes the CTA's units one at a time and hands each, with its tile's
 // table entry, to the consumers through kPrefillQueue shared-memory slots (a unit past the last ends the
-// team that reads it). One CTA per cluster takes its units from the kernel's work counter as it reaches
-// them, so the units of one tile (which share its B blocks in L2) start close together on whichever CTAs are
-// free, and every CTA ends within about a unit of the others whatever the units' widths; cluster pairs walk
-// units cluster, cluster + clusters, ... (both CTAs of a pair must take the same ones).
+// team that reads it). Without cluster pairs each CTA takes its units from the kernel's work counter as it
+// reaches them, so the units of one tile (which share its B blocks in L2) start close together on whichever
+// CTAs are free, and every CTA ends within about a unit of the others whatever the units' widths; cluster
+// pairs walk units cluster, cluster + clusters, ... (both CTAs of a pair must take the same ones).
 inline constexpr int kPrefillQueue = 4;
 struct PrefillQueueSlot {
   PrefillTile tile;
@@ -465,8 +465,9 @@ inline constexpr bool kPrefillMidWidth =
 // before a unit's product (its loads are in flight while the product runs) and epilogue(t, slab0, acc,
 // preloaded) after it (acc[kA][kNW / 2], kNW the width run), also for slabs past the matrix (>= kSlabs).
 // The producer takes the next unit and loads its tile entry before it copies the current one's chunks, and
-// hands both to the consumers in the queue, so those dependent loads are off the path too. kCsf: s is the plane's CSF offsets and csf its other arrays (csf_scales.cuh); each
-// consumer warp begins its slabs' readers with the unit's preload.
+// hands both to the consumers in the queue, so those dependent loads are off the path too. kCsf: s is the
+// plane's CSF offsets and csf its other arrays (csf_scales.cuh); each consumer warp begins its slabs' readers
+// with the unit's preload.
 // kCluster 2 (one team only): the grid is clusters of two CTAs; cluster i walks units i, i + clusters, ...
 // of (tile, pair of row groups), its rank-r CTA taking row group 2 x pair + r (past the last group when
 // their count is odd: that CTA's products are dropped), so both read each B block once between them
