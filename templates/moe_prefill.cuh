@@ -637,6 +637,25 @@ MOEJIT_DEVICE void prefill_fc1_store_slab(u16* act, const PrefillTile& t, int sl
     }
 }
 
+// The activations of a warp's slab for the unit's columns (v[i] per accumulator i, times 2^64 where kScaled:
+// a16's stored operand), 0 where the column lies past the tile's pairs or the slab past I. Both FC1 stores
+// (a16, and a8/a4 before their quantization) take them from here.
+template <int kAct, bool kLimit, bool kBias, bool kScaled, int kSlabs, int kMats, int kNW, class Pre>
+MOEJIT_DEVICE void prefill_fc1_activations(const PrefillFc1Params& p, const PrefillTile& t, int slab,
+                                           const float (&acc)[kMats][kNW / 2], const Pre& pre, float (&v)[kNW / 2]) {
+  for_each_tile_result<kNW>([&](int col, int i, int r) {
+    v[i] = 0.f;
+    if (col < t.in_tile && slab < kSlabs) {
+      float gate = acc[0][i] * pre.gs, up = kMats == 2 ? acc[kMats - 1][i] * pre.gs_up : 0.f;
+      if (kBias) {
+        gate += pre.bias[0][r >> 3];
+        if (kMats == 2) up += pre.bias[1][r >> 3];
+      }
+      v[i] = apply_activation<kAct, kLimit>(gate, up, p.alpha, p.beta, p.limit) * (kScaled ? kActScale : 1.f);
+    }
+  });
+}
+
 // The a8/a4 form of FC1's store (moe_prefill_fc1's epilogue): the slab's activations are quantized as the
 // reference quantizes the intermediate (slab_pair_max.cuh: a4's block is the warp's slab, a8's the slab pair
 // of warps 2w, 2w + 1, both past the last chunk or neither, as kIChunks * 4 is even) and stored as the
@@ -648,17 +667,7 @@ MOEJIT_DEVICE void prefill_fc1_store_quantized(const PrefillFc1Params& p, const 
                                                const float (&acc)[kMats][kNW / 2], const Pre& pre) {
   constexpr int kSlabs = kI / 16, kIChunks = (kI + 63) / 64;
   float v[kNW / 2];
-  for_each_tile_result<kNW>([&](int col, int i, int r) {
-    v[i] = 0.f;
-    if (col < t.in_tile && slab < kSlabs) {
-      float gate = acc[0][i] * pre.gs, up = kMats == 2 ? acc[kMats - 1][i] * pre.gs_up : 0.f;
-      if (kBias) {
-        gate += pre.bias[0][r >> 3];
-        if (kMats == 2) up += pre.bias[1][r >> 3];
-      }
-      v[i] = apply_activation<kAct, kLimit>(gate, up, p.alpha, p.beta, p.limit);
-    }
-  });
+  prefill_fc1_activations<kAct, kLimit, kBias, false, kSlabs, kMats, kNW>(p, t, slab, acc, pre, v);
   quantize_slab_columns<kNW / 8>(v, pre.out_gs, OneSlabPerWarpBlockMax<kWarps, kN>{});
   // Zero past I whatever the partner's block holds (a NaN there makes the block's values NaN).
   if (slab >= kSlabs)
@@ -708,17 +717,7 @@ __device__ void moe_prefill_fc1(const PrefillFc1Params& p) {
       return;
     }
     float v[kNW / 2];
-    for_each_tile_result<kNW>([&](int col, int i, int r) {
-      v[i] = 0.f;
-      if (col < t.in_tile && slab < kSlabs) {
-        float gate = acc[0][i] * pre.gs, up = kMats == 2 ? acc[kMats - 1][i] * pre.gs_up : 0.f;
-        if (kBias) {
-          gate += pre.bias[0][r >> 3];
-          if (kMats == 2) up += pre.bias[1][r >> 3];
-        }
-        v[i] = apply_activation<kAct, kLimit>(gate, up, p.alpha, p.beta, p.limit) * kActScale;
-      }
-    });
+    prefill_fc1_activations<kAct, kLimit, kBias, true, kSlabs, kMats, kNW>(p, t, slab, acc, pre, v);
     prefill_fc1_store_slab<kIChunks, kNW>(p.act, t, slab, v);
   };
   prefill_fc<kNvfp4, kChunks, kMats, 1, kSlabs, kWarps, kTeams, kN, kStages, true, kCsfFc1, kCluster>(
